@@ -1,0 +1,50 @@
+"""pccl-torch: hierarchical, algorithm-selecting collectives for PyTorch over mpi4py and torch.distributed.
+
+    import pccl_torch
+    comm = pccl_torch.init()                      # under mpiexec; PCCL_LOCAL_SIZE=k emulates nodes
+    pccl_torch.all_reduce(t)                      # algorithm chosen per call
+    pccl_torch.all_gather_into_tensor(out, t, algorithm="hier:bruck")
+    pccl_torch.shutdown()
+"""
+
+from pccl_torch.api import (
+    all_gather_into_tensor,
+    all_gather_single,
+    all_reduce,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+)
+from pccl_torch.communicator import (
+    Communicator,
+    NotInitializedError,
+    default_communicator,
+    init,
+    is_initialized,
+    shutdown,
+)
+from pccl_torch.ops import ReduceOp, premul_sum
+from pccl_torch.plan import valid_names as algorithms
+from pccl_torch.topology import Topology, TopologyError
+from pccl_torch.work import Work
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Communicator",
+    "NotInitializedError",
+    "ReduceOp",
+    "Topology",
+    "TopologyError",
+    "Work",
+    "algorithms",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "all_reduce",
+    "default_communicator",
+    "init",
+    "is_initialized",
+    "premul_sum",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "shutdown",
+]

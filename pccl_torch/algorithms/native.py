@@ -1,0 +1,36 @@
+"""``native``: the transport's own collective (the MPI library's, or NCCL/gloo's for a torch group)."""
+
+from __future__ import annotations
+
+import torch
+
+from pccl_torch.algorithms._layout import Blocks
+from pccl_torch.algorithms.registry import register
+from pccl_torch.ops import ReduceOp
+from pccl_torch.transport.base import Transport
+
+_COST = "the library's own choice"
+
+
+def _require_even(blocks: Blocks, what: str) -> None:
+    if len(set(blocks.counts)) > 1:
+        raise ValueError(f"native {what} needs equal blocks, got counts {blocks.counts}")
+
+
+@register("all_gather", "native", summary="the transport's own all-gather", cost=_COST)
+def all_gather(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) -> None:
+    _require_even(blocks, "all-gather")
+    if inp.numel() and inp.data_ptr() == blocks.block(out, t.rank).data_ptr():
+        inp = inp.clone()  # the library wants distinct send and receive buffers
+    t.native_all_gather(out, inp)
+
+
+@register("reduce_scatter", "native", summary="the transport's own reduce-scatter", cost=_COST)
+def reduce_scatter(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
+    _require_even(blocks, "reduce-scatter")
+    t.native_reduce_scatter(out, inp, op)
+
+
+@register("all_reduce", "native", summary="the transport's own all-reduce", cost=_COST)
+def all_reduce(t: Transport, buf: torch.Tensor, op: ReduceOp) -> None:
+    t.native_all_reduce(buf, op)

@@ -1,0 +1,75 @@
+"""Reduce-scatter schedules: ring, recursive halving (any p, by folding) and pairwise (direct)."""
+
+from __future__ import annotations
+
+import torch
+
+from pccl_torch.algorithms._layout import Blocks, Fold
+from pccl_torch.algorithms.registry import register
+from pccl_torch.ops import ReduceOp
+from pccl_torch.transport.base import Transport
+from pccl_torch.triton_kernels import reduce_
+
+
+@register("reduce_scatter", "ring",
+          summary="p-1 steps; each passes a running partial of one block to the right neighbour",
+          cost="(p-1) a + (p-1)/p n (b + g)")
+def ring(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
+    r, p = t.rank, t.size
+    if p == 1:
+        out.copy_(inp)
+        return
+    # Step s sends the partial of block (r-s-1) and receives the partial of block (r-s-2), to which
+    # this rank adds its own contribution; after p-1 steps the received block is block r, complete.
+    scratch = torch.empty(2, blocks.max_count, dtype=inp.dtype, device=inp.device)
+    sending = blocks.block(inp, (r - 1) % p)
+    for step in range(p - 1):
+        index = (r - step - 2) % p
+        receiving = scratch[step % 2, : blocks.counts[index]]
+        t.sendrecv(sending, (r + 1) % p, receiving, (r - 1) % p)
+        reduce_(receiving, blocks.block(inp, index), op)
+        sending = receiving
+    out.copy_(sending)
+
+
+@register("reduce_scatter", "recursive_halving",
+          summary="lg p steps exchanging halving ranges with rank^2^k; non-powers of two fold in 2 extra steps",
+          cost="lg p a + (p-1)/p n (b + g) (+ n b + n/p b if p is not a power of two)")
+def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
+    r, p = t.rank, t.size
+    fold = Fold.of(p)
+    if fold.is_extra(r):
+        t.send(inp, r - 1)
+        t.recv(out, r - 1)
+        return
+    work = inp.clone()
+    scratch = torch.empty_like(inp)
+    if fold.has_extra(r):
+        t.recv(scratch, r + 1)
+        reduce_(work, scratch, op)
+    v = fold.virtual(r)
+    lo, dist = 0, fold.pof2 // 2  # this rank's virtual range is [lo, lo + 2 * dist)
+    while dist >= 1:
+        keep_lo, send_lo = (lo, lo + dist) if v < lo + dist else (lo + dist, lo)
+        keep = blocks.span(work, fold.first_rank(keep_lo), fold.first_rank(keep_lo + dist))
+        incoming = scratch[: keep.numel()]
+        t.sendrecv(blocks.span(work, fold.first_rank(send_lo), fold.first_rank(send_lo + dist)),
+                   fold.first_rank(v ^ dist), incoming, fold.first_rank(v ^ dist))
+        reduce_(keep, incoming, op)
+        lo, dist = keep_lo, dist // 2
+    out.copy_(blocks.block(work, r))
+    if fold.has_extra(r):
+        t.send(blocks.block(work, r + 1), r + 1)
+
+
+@register("reduce_scatter", "pairwise",
+          summary="p-1 steps; at step s send block r+s to rank r+s and receive own block from rank r-s",
+          cost="(p-1) a + (p-1)/p n (b + g)")
+def pairwise(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
+    r, p = t.rank, t.size
+    out.copy_(blocks.block(inp, r))
+    incoming = torch.empty_like(out)
+    for step in range(1, p):
+        dest = (r + step) % p
+        t.sendrecv(blocks.block(inp, dest), dest, incoming, (r - step) % p)
+        reduce_(out, incoming, op)

@@ -1,0 +1,148 @@
+"""The public collectives: the single dispatch point.
+
+Each call validates its arguments (before any communication), chooses the algorithm (the explicit
+``algorithm=``, else ``PCCL_ALGO``, else the heuristic), runs it in issue order on the communicator, and
+returns ``None`` (blocking) or a :class:`~pccl_torch.work.Work` (``async_op=True``), as torch.distributed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pccl_torch import heuristic
+from pccl_torch.algorithms import Collective
+from pccl_torch.communicator import Communicator, default_communicator
+from pccl_torch.ops import ReduceOp, Reduction, as_reduction
+from pccl_torch.plan import Plan, resolve
+from pccl_torch.triton_kernels import scale_
+from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes, check_tensor, overlaps
+from pccl_torch.work import Work
+
+ALGO_ENV = "PCCL_ALGO"
+
+
+def _env_overrides() -> dict[str, str]:
+    """``PCCL_ALGO=all_reduce:ring,all_gather:bruck`` as a dict; malformed entries raise."""
+    raw = os.environ.get(ALGO_ENV, "").strip()
+    if not raw:
+        return {}
+    overrides = {}
+    for entry in raw.split(","):
+        collective, sep, name = entry.strip().partition(":")
+        if not sep or not name:
+            raise ValueError(f"{ALGO_ENV} entry {entry!r} must look like 'all_reduce:ring'")
+        overrides[collective] = name
+    return overrides
+
+
+def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int) -> Plan:
+    name = algorithm or _env_overrides().get(collective) or heuristic.choose(collective, nbytes, comm.topology)
+    return resolve(collective, name)
+
+
+def _launch(comm: Communicator, plan: Plan, nbytes: int, body: Callable[[], torch.Tensor],
+            async_op: bool) -> Work | None:
+    def timed() -> torch.Tensor:
+        start = time.perf_counter()
+        result = body()
+        comm.stats.record(plan.collective, plan.name, nbytes, time.perf_counter() - start)
+        return result
+
+    if async_op:
+        return Work(comm.executor.submit(timed), plan.collective, plan.name)
+    comm.executor.run_now(timed)
+    return None
+
+
+def _finish_reduction(tensor: torch.Tensor, reduction: Reduction, world: int) -> None:
+    if reduction.divide_by_world:
+        scale_(tensor, 1.0 / world)
+
+
+def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorithm: str | None = None,
+                           async_op: bool = False, comm: Communicator | None = None) -> Work | None:
+    """``output`` (world x input.numel() elements) receives every rank's ``input`` in rank order.
+
+    ``input`` may be this rank's slice of ``output`` (in-place); it is never modified.
+    """
+    comm = comm or default_communicator()
+    check_tensor(output, "output", comm.device)
+    check_tensor(input, "input", comm.device)
+    check_same_dtype(output, input)
+    world = comm.topology.world_size
+    check_sizes(output, "output", input, "input", world)
+    own = output.reshape(-1)[comm.topology.rank * input.numel():][: input.numel()]
+    if overlaps(output, input) and not (input.numel() and input.data_ptr() == own.data_ptr()):
+        raise ValueError("input overlaps output but is not this rank's slice of it: use separate buffers")
+    nbytes = output.numel() * output.element_size()
+    plan = _plan(comm, "all_gather", algorithm, nbytes)
+
+    def body() -> torch.Tensor:
+        inp = own if input.numel() and input.data_ptr() == own.data_ptr() else input.reshape(-1)
+        plan.run_all_gather(comm, output.view(-1), inp)
+        return output
+
+    return _launch(comm, plan, nbytes, body, async_op)
+
+
+def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM, *,
+                          algorithm: str | None = None, async_op: bool = False,
+                          comm: Communicator | None = None) -> Work | None:
+    """``output`` receives this rank's block of the element-wise ``op`` over every rank's ``input``.
+
+    ``input`` has world x output.numel() elements, block ``r`` for rank ``r``; it is never modified.
+    """
+    comm = comm or default_communicator()
+    reduction = as_reduction(op)
+    check_tensor(output, "output", comm.device)
+    check_tensor(input, "input", comm.device)
+    check_same_dtype(output, input)
+    check_reduction(reduction, input.dtype)
+    world = comm.topology.world_size
+    check_sizes(input, "input", output, "output", world)
+    nbytes = input.numel() * input.element_size()
+    plan = _plan(comm, "reduce_scatter", algorithm, nbytes)
+
+    def body() -> torch.Tensor:
+        inp = input.reshape(-1)
+        if reduction.pre_scale is not None:
+            inp = scale_(inp.clone(), reduction.pre_scale)
+        target = torch.empty_like(output) if overlaps(output, input) else output
+        plan.run_reduce_scatter(comm, inp, target.view(-1), reduction.combine)
+        _finish_reduction(target, reduction, world)
+        if target is not output:
+            output.copy_(target)
+        return output
+
+    return _launch(comm, plan, nbytes, body, async_op)
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str | None = None,
+               async_op: bool = False, comm: Communicator | None = None) -> Work | None:
+    """In place element-wise ``op`` over every rank's ``tensor``; bitwise identical on every rank."""
+    comm = comm or default_communicator()
+    reduction = as_reduction(op)
+    check_tensor(tensor, "tensor", comm.device)
+    check_reduction(reduction, tensor.dtype)
+    nbytes = tensor.numel() * tensor.element_size()
+    plan = _plan(comm, "all_reduce", algorithm, nbytes)
+
+    def body() -> torch.Tensor:
+        buf = tensor.view(-1)
+        if reduction.pre_scale is not None:
+            scale_(buf, reduction.pre_scale)
+        plan.run_all_reduce(comm, buf, reduction.combine)
+        _finish_reduction(buf, reduction, comm.topology.world_size)
+        return tensor
+
+    return _launch(comm, plan, nbytes, body, async_op)
+
+
+# torch 2.13 names for the same calls.
+all_gather_single = all_gather_into_tensor
+reduce_scatter_single = reduce_scatter_tensor

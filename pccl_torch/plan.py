@@ -1,0 +1,77 @@
+"""Algorithm names as users write them, and how each one runs on a communicator.
+
+- a family name (``ring``, ``bruck``, ``rabenseifner``, ...): flat, over the world MPI communicator;
+- ``mpi``: the MPI library's own collective over all ranks; ``vendor``: torch.distributed's
+  (NCCL on GPUs, gloo on CPU) over all ranks;
+- ``hier:<name>``: hierarchical (vendor inside the node, ``<name>`` between nodes), where ``<name>``
+  is a family name or ``mpi``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pccl_torch import algorithms
+from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical
+from pccl_torch.communicator import Communicator
+from pccl_torch.ops import ReduceOp
+
+HIER_PREFIX = "hier:"
+_NATIVE_ON = {"mpi": "world", "vendor": "vendor"}
+
+
+def family(collective: Collective) -> list[str]:
+    """The hand-written schedules of ``collective`` (everything registered but the native wrapper)."""
+    return [name for name in algorithms.names(collective) if name != "native"]
+
+
+def valid_names(collective: Collective) -> list[str]:
+    """Every name ``algorithm=`` accepts for ``collective``."""
+    flat = family(collective) + list(_NATIVE_ON)
+    return flat + [HIER_PREFIX + name for name in family(collective) + ["mpi"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A resolved algorithm name: the schedule and where it runs."""
+
+    collective: Collective
+    name: str
+    schedule: Algorithm
+    hierarchical: bool
+    transport: str  # "world" or "vendor" for flat plans; the inter level is always MPI
+
+    def run_all_gather(self, comm: Communicator, out: torch.Tensor, inp: torch.Tensor) -> None:
+        if self.hierarchical:
+            hierarchical.all_gather(comm.intra, comm.inter, self.schedule.fn, out, inp)
+        else:
+            t = getattr(comm, self.transport)
+            self.schedule.fn(t, out, inp, Blocks.even(t.size, inp.numel()))
+
+    def run_reduce_scatter(self, comm: Communicator, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
+        if self.hierarchical:
+            hierarchical.reduce_scatter(comm.intra, comm.inter, self.schedule.fn, inp, out, op)
+        else:
+            t = getattr(comm, self.transport)
+            self.schedule.fn(t, inp, out, Blocks.even(t.size, out.numel()), op)
+
+    def run_all_reduce(self, comm: Communicator, buf: torch.Tensor, op: ReduceOp) -> None:
+        if self.hierarchical:
+            hierarchical.all_reduce(comm.intra, comm.inter, self.schedule.fn, buf, op)
+        else:
+            self.schedule.fn(getattr(comm, self.transport), buf, op)
+
+
+def resolve(collective: Collective, name: str) -> Plan:
+    """The :class:`Plan` of ``name``; ``ValueError`` listing the valid names if it is unknown."""
+    if not isinstance(name, str):
+        raise TypeError(f"algorithm must be a string, got {type(name).__name__}")
+    hier = name.startswith(HIER_PREFIX)
+    inner = name[len(HIER_PREFIX):] if hier else name
+    if inner in _NATIVE_ON and not (hier and inner == "vendor"):
+        return Plan(collective, name, algorithms.get(collective, "native"), hier, _NATIVE_ON[inner])
+    if inner in family(collective):
+        return Plan(collective, name, algorithms.get(collective, inner), hier, "world")
+    raise ValueError(f"unknown {collective} algorithm {name!r}; valid: {', '.join(valid_names(collective))}")

@@ -1,0 +1,118 @@
+"""Where each rank sits: node id, local rank, local size, node count.
+
+Ranks must be placed in blocks: node ``k`` holds ranks ``k*L .. k*L + L - 1`` (what ``mpiexec`` and
+``torchrun`` do by default), every node with the same ``L``. ``PCCL_LOCAL_SIZE=L`` overrides detection
+so one machine can emulate ``world / L`` nodes of ``L`` consecutive ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+LOCAL_SIZE_ENV = "PCCL_LOCAL_SIZE"
+
+
+class TopologyError(RuntimeError):
+    """The ranks' placement cannot be used (unequal nodes, non-block placement, bad override)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """This rank's place in a world of ``num_nodes`` nodes of ``local_size`` ranks each."""
+
+    rank: int
+    """Global rank, ``node * local_size + local_rank``."""
+    world_size: int
+    """Number of ranks in the world."""
+    local_size: int
+    """Ranks per node (``L``)."""
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1:
+            raise TopologyError(f"world_size must be at least 1, got {self.world_size}")
+        if not 0 <= self.rank < self.world_size:
+            raise TopologyError(f"rank {self.rank} is outside a world of {self.world_size} ranks")
+        if self.local_size < 1 or self.world_size % self.local_size:
+            raise TopologyError(
+                f"local size {self.local_size} does not divide the world size {self.world_size}: "
+                "every node must hold the same number of ranks (set PCCL_LOCAL_SIZE to a divisor, "
+                "or launch the same number of ranks on every node)"
+            )
+
+    @property
+    def node(self) -> int:
+        """Index of this rank's node."""
+        return self.rank // self.local_size
+
+    @property
+    def local_rank(self) -> int:
+        """Index of this rank within its node."""
+        return self.rank % self.local_size
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes (``N``)."""
+        return self.world_size // self.local_size
+
+    @property
+    def is_hierarchical(self) -> bool:
+        """True when there are several nodes of several ranks: both levels have work to do."""
+        return self.num_nodes > 1 and self.local_size > 1
+
+    def node_ranks(self, node: int) -> list[int]:
+        """Global ranks of ``node``."""
+        return list(range(node * self.local_size, (node + 1) * self.local_size))
+
+    def peer_ranks(self, local_rank: int) -> list[int]:
+        """Global ranks with the given local rank, one per node (one inter-node communicator)."""
+        return list(range(local_rank, self.world_size, self.local_size))
+
+
+def local_size_override() -> int | None:
+    """``PCCL_LOCAL_SIZE`` as an int, or None when unset; ``TopologyError`` when malformed."""
+    raw = os.environ.get(LOCAL_SIZE_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TopologyError(f"{LOCAL_SIZE_ENV}={raw!r} is not an integer; expected ranks per node, e.g. 2") from None
+    if value < 1:
+        raise TopologyError(f"{LOCAL_SIZE_ENV}={value} must be at least 1")
+    return value
+
+
+def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
+    """Topology of ``comm``: from ``local_size``, else ``PCCL_LOCAL_SIZE``, else MPI's shared-memory split.
+
+    Collective over ``comm`` (every rank must call it). Raises ``TopologyError`` on every rank when
+    nodes hold different numbers of ranks or ranks are not placed in blocks.
+    """
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    chosen = local_size if local_size is not None else local_size_override()
+    if chosen is not None:
+        return Topology(rank, size, chosen)
+    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    try:
+        node_leader = node_comm.allreduce(rank, op=MPI.MIN)
+        detected = node_comm.Get_size()
+    finally:
+        node_comm.Free()
+    placements = comm.allgather((node_leader, detected))
+    sizes = sorted({s for _, s in placements})
+    if len(sizes) > 1:
+        raise TopologyError(f"nodes hold different numbers of ranks ({sizes}): launch the same number on each node")
+    for r, (leader, _) in enumerate(placements):
+        if leader != r - r % detected:
+            raise TopologyError(
+                f"rank {r} shares a node with rank {leader}: ranks must be placed in blocks of {detected} "
+                "consecutive ranks per node (mpiexec's default --map-by core/slot placement)"
+            )
+    return Topology(rank, size, detected)

@@ -1,0 +1,54 @@
+"""Argument checks that run before any communication, so bad input fails fast on the rank that has it
+with a message naming what was given and what is expected (and nothing is sent or modified)."""
+
+from __future__ import annotations
+
+import torch
+
+from pccl_torch.ops import SUPPORTED_DTYPES, Reduction
+
+_SUPPORTED = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+
+
+def check_tensor(tensor: object, name: str, device: torch.device) -> torch.Tensor:
+    """``tensor`` must be a dense, contiguous tensor of a supported dtype on ``device``."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {tensor.layout}")
+    if tensor.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} has dtype {tensor.dtype}; pccl_torch supports {_SUPPORTED}")
+    if not tensor.is_contiguous():
+        raise ValueError(
+            f"{name} is not contiguous (shape {tuple(tensor.shape)}, stride {tensor.stride()}): "
+            "pass tensor.contiguous()"
+        )
+    if tensor.device.type != device.type or (device.type == "cuda" and tensor.device != device):
+        raise ValueError(f"{name} is on {tensor.device}, but this communicator was initialised for {device}")
+    return tensor
+
+
+def check_same_dtype(output: torch.Tensor, inp: torch.Tensor) -> None:
+    if output.dtype != inp.dtype:
+        raise TypeError(f"output has dtype {output.dtype} but input has {inp.dtype}: they must match")
+
+
+def check_sizes(big: torch.Tensor, big_name: str, small: torch.Tensor, small_name: str, world: int) -> None:
+    """``big`` must hold ``world`` times the elements of ``small``."""
+    if big.numel() != small.numel() * world:
+        raise ValueError(
+            f"{big_name} has {big.numel()} elements but {small_name} has {small.numel()}: with {world} ranks, "
+            f"{big_name} must have {small_name}.numel() * {world} = {small.numel() * world}"
+        )
+
+
+def check_reduction(reduction: Reduction, dtype: torch.dtype) -> None:
+    reduction.check_dtype(dtype)
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when the memory of ``a`` and ``b`` intersects (both contiguous)."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()

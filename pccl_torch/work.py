@@ -1,0 +1,99 @@
+"""Work handles and the per-communicator worker that runs collectives in issue order.
+
+Asynchronous calls (``async_op=True``) are queued on one worker thread per communicator, so every rank
+runs its collectives in the order it issued them (what MPI and NCCL require). A blocking call first
+waits for the queued ones, then runs in the caller's thread without a thread hop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class Work:
+    """Handle of one collective: ``wait()``, ``is_completed()``, ``result()`` (as torch's Work)."""
+
+    def __init__(self, future: concurrent.futures.Future[Any], collective: str, algorithm: str) -> None:
+        self._future = future
+        self.collective = collective
+        self.algorithm = algorithm
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done; re-raises the collective's error. ``TimeoutError`` after ``timeout`` s."""
+        try:
+            self._future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"{self.collective} ({self.algorithm}) not complete after {timeout} s"
+            ) from None
+        return True
+
+    def is_completed(self) -> bool:
+        """True once the collective has finished (successfully or not)."""
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        """True once the collective has finished without error."""
+        return self._future.done() and self._future.exception() is None
+
+    def exception(self) -> BaseException | None:
+        """The error the collective raised, if it finished with one."""
+        return self._future.exception() if self._future.done() else None
+
+    def result(self) -> Any:
+        """Wait, then return the output tensor."""
+        return self._future.result()
+
+    def get_future(self) -> torch.futures.Future:
+        """A ``torch.futures.Future`` completed with the output tensor (for DDP-style hooks)."""
+        fut: torch.futures.Future = torch.futures.Future()
+
+        def forward(done: concurrent.futures.Future[Any]) -> None:
+            error = done.exception()
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(done.result())
+
+        self._future.add_done_callback(forward)
+        return fut
+
+
+class OrderedExecutor:
+    """Runs submitted calls one at a time, in submission order, on a lazily started worker thread."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._last: concurrent.futures.Future[Any] | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=self._name)
+            self._last = self._pool.submit(fn)
+            return self._last
+
+    def run_now(self, fn: Callable[[], Any]) -> Any:
+        """Wait for everything queued, then run ``fn`` in this thread."""
+        self.drain()
+        return fn()
+
+    def drain(self) -> None:
+        """Wait until every queued call has finished (their errors stay with their Work handles)."""
+        last = self._last
+        if last is not None:
+            concurrent.futures.wait([last])
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+            self._last = None
