@@ -1,0 +1,36 @@
+# The two commands of the README: `make demo` and `make test`. Each installs what is missing first,
+# into ./.venv (torch pinned to the 2.13.0 CPU build so pip never pulls a multi-GB CUDA build).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+MPIEXEC := $(VENV)/bin/mpiexec
+STAMP := $(VENV)/.pccl-installed
+export PYTHONWARNINGS ?= ignore::FutureWarning
+
+.PHONY: install demo test test-unit test-mp clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -c "import pccl_torch, mpi4py.MPI; print('pccl-torch installed; MPI:', mpi4py.MPI.Get_library_version().splitlines()[0])"
+	touch $(STAMP)
+
+# Main job: the three collectives on 4 CPU ranks emulating 2 nodes x 2 ranks.
+demo: install
+	PCCL_LOCAL_SIZE=2 $(MPIEXEC) -n 4 $(PY) examples/collectives_demo.py
+
+test: install
+	$(PY) -m pytest tests
+
+test-unit: install
+	$(PY) -m pytest tests/unit
+
+test-mp: install
+	$(PY) -m pytest tests/multiprocess
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

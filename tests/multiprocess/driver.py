@@ -1,0 +1,313 @@
+"""Multi-rank correctness driver: run under ``mpiexec -n N`` (optionally ``PCCL_LOCAL_SIZE=L``).
+
+One launch loops over every case (collective x algorithm x dtype x op x size), checks each against a
+reference every rank computes locally from the seeded inputs of all ranks, checks that inputs of
+out-of-place calls are unchanged and that all-reduce results are bitwise identical on all ranks, runs the
+bad-input cases, and reports every failure. Exit status 1 if any case failed on any rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from mpi4py import MPI
+
+import pccl_torch as pc
+from pccl_torch.ops import FLOAT_DTYPES, INT_DTYPES, SUPPORTED_DTYPES
+
+LARGE = 1 << 20  # "about 1 Mi elements" in the full buffer
+SMALL_BLOCKS = (0, 1, 37)  # elements per rank's block (AG, RS) or in the buffer (AR)
+FLOAT_OPS = ("sum", "avg", "product", "min", "max", "premul_sum")
+INT_OPS = ("sum", "product", "min", "max")
+PREMUL_FACTOR = 0.5
+
+# (rtol, atol per rank) against a float64 reference, for sums of p values of magnitude ~1.
+TOLERANCE = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 4e-2),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    collective: str
+    algorithm: str
+    dtype: torch.dtype
+    op: str | None
+    count: int  # elements per rank block (AG/RS) or buffer (AR)
+
+    def __str__(self) -> str:
+        op = f" {self.op}" if self.op else ""
+        return f"{self.collective}[{self.algorithm}] {str(self.dtype).removeprefix('torch.')}{op} count={self.count}"
+
+
+def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int) -> torch.Tensor:
+    """Deterministic input of ``rank``: small integers for int dtypes, ~N(0,1) floats (near 1 for PRODUCT)."""
+    g = torch.Generator().manual_seed(seed * 1009 + rank)
+    if dtype in INT_DTYPES:
+        low, high = (-3, 4) if op == "product" else (-50, 51)
+        return torch.randint(low, high, (numel,), generator=g, dtype=torch.int64).to(dtype)
+    values = torch.randn(numel, generator=g, dtype=torch.float64)
+    if op == "product":
+        values = 1.0 + 0.1 * values
+    return values.to(dtype)
+
+
+def reference(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
+    """Element-wise ``op`` over every rank's input, in float64 (floats) or int64 (ints)."""
+    wide = torch.float64 if inputs[0].dtype.is_floating_point else torch.int64
+    stack = torch.stack([x.to(wide) for x in inputs])
+    if op in ("sum", "avg", "premul_sum"):
+        out = stack.sum(0)
+        if op == "avg":
+            out = out / len(inputs)
+        elif op == "premul_sum":
+            out = out * PREMUL_FACTOR
+    elif op == "product":
+        out = stack.prod(0)
+    elif op == "min":
+        out = stack.min(0).values
+    else:
+        out = stack.max(0).values
+    return out
+
+
+def as_op(op: str):
+    return pc.premul_sum(PREMUL_FACTOR) if op == "premul_sum" else op
+
+
+def matches(result: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, ranks: int) -> str | None:
+    """None if ``result`` matches; else a short description of the worst mismatch."""
+    if dtype in INT_DTYPES:
+        expected = expected.to(dtype)  # exact, wrapping as the dtype does
+        if torch.equal(result, expected):
+            return None
+        bad = (result != expected).nonzero()[0].item()
+        return f"index {bad}: got {result[bad].item()}, expected {expected[bad].item()}"
+    rtol, atol = TOLERANCE[dtype]
+    got = result.to(torch.float64)
+    if torch.allclose(got, expected, rtol=rtol, atol=atol * ranks):
+        return None
+    err = (got - expected).abs()
+    bad = int(err.argmax())
+    return f"index {bad}: got {got[bad].item()}, expected {expected[bad].item()} (max abs err {err.max().item():.3g})"
+
+
+class Runner:
+    def __init__(self, world: MPI.Comm, verbose: bool) -> None:
+        self.world = world
+        self.rank = world.Get_rank()
+        self.size = world.Get_size()
+        self.failures: list[str] = []
+        self.passed = 0
+        self.verbose = verbose
+        self.seed = 0
+
+    def check(self, name: str, fn: Callable[[], str | None]) -> None:
+        try:
+            problem = fn()
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, the loop goes on
+            problem = f"raised {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+        if problem:
+            self.failures.append(f"rank {self.rank}: {name}: {problem}")
+        else:
+            self.passed += 1
+
+    def identical_everywhere(self, tensor: torch.Tensor) -> bool:
+        digest = hashlib.sha1(tensor.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+        return len(set(self.world.allgather(digest))) == 1
+
+    def run_case(self, case: Case) -> str | None:
+        self.seed += 1
+        p, r = self.size, self.rank
+        block = case.count
+        if case.collective == "all_gather":
+            inputs = [make_input(i, block, case.dtype, None, self.seed) for i in range(p)]
+            inp = inputs[r].clone()
+            out = torch.full((p * block,), 7, dtype=case.dtype)
+            pc.all_gather_into_tensor(out, inp, algorithm=case.algorithm)
+            if not torch.equal(inp, inputs[r]):
+                return "input was modified"
+            expected = torch.cat(inputs)
+            return None if torch.equal(out, expected) else "output differs from the concatenated inputs"
+        if case.collective == "reduce_scatter":
+            inputs = [make_input(i, p * block, case.dtype, case.op, self.seed) for i in range(p)]
+            inp = inputs[r].clone()
+            out = torch.full((block,), 7, dtype=case.dtype)
+            pc.reduce_scatter_tensor(out, inp, as_op(case.op), algorithm=case.algorithm)
+            if not torch.equal(inp, inputs[r]):
+                return "input was modified"
+            return matches(out, reference(inputs, case.op)[r * block:(r + 1) * block], case.dtype, p)
+        inputs = [make_input(i, block, case.dtype, case.op, self.seed) for i in range(p)]
+        buf = inputs[r].clone()
+        pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm)
+        problem = matches(buf, reference(inputs, case.op), case.dtype, p)
+        if not self.identical_everywhere(buf):
+            problem = (problem + "; " if problem else "") + "results differ between ranks"
+        return problem
+
+
+def check_async(p: int, r: int) -> str | None:
+    """Several async collectives in flight, then a blocking one: all complete, in issue order."""
+    bufs = [torch.full((33,), float(r + k)) for k in range(4)]
+    inp = torch.arange(5, dtype=torch.int64) + r
+    gathered = torch.empty(5 * p, dtype=torch.int64)
+    works = [pc.all_reduce(b, algorithm=name, async_op=True)
+             for b, name in zip(bufs, ("ring", "recursive_doubling", "hier:ring", "mpi"))]
+    works.append(pc.all_gather_into_tensor(gathered, inp, async_op=True))
+    scattered = torch.empty(2)
+    pc.reduce_scatter_tensor(scattered, torch.ones(2 * p), "sum")  # blocking: waits for the queued ones
+    for w in works:
+        if not isinstance(w, pc.Work):
+            return f"async_op=True returned {type(w).__name__}, expected pccl_torch.Work"
+        w.wait(timeout=120)
+        if not (w.is_completed() and w.is_success()):
+            return "a waited work is not completed successfully"
+    for k, b in enumerate(bufs):
+        if not torch.equal(b, torch.full((33,), float(sum(range(p)) + k * p))):
+            return f"async all-reduce {k} wrong: {b[:3]}"
+    if not torch.equal(gathered, torch.cat([torch.arange(5, dtype=torch.int64) + i for i in range(p)])):
+        return "async all-gather wrong"
+    if not torch.equal(scattered, torch.full((2,), float(p))):
+        return "blocking reduce-scatter after async calls wrong"
+    future = pc.all_reduce(torch.ones(3), async_op=True).get_future()
+    if not torch.equal(future.wait(), torch.full((3,), float(p))):
+        return "torch future of an async all-reduce has the wrong value"
+    return None
+
+
+def correctness_cases(algorithms: dict[str, list[str]], large: bool) -> list[Case]:
+    cases = []
+    for collective, names in algorithms.items():
+        for name in names:
+            for dtype in SUPPORTED_DTYPES:
+                ops: tuple[str | None, ...]
+                if collective == "all_gather":
+                    ops = (None,)
+                else:
+                    ops = FLOAT_OPS if dtype in FLOAT_DTYPES else INT_OPS
+                for op in ops:
+                    for count in SMALL_BLOCKS:
+                        cases.append(Case(collective, name, dtype, op, count))
+            if large:
+                for dtype, op in ((torch.float32, "sum"), (torch.int32, "sum"), (torch.bfloat16, "max")):
+                    cases.append(Case(collective, name, dtype, op if collective != "all_gather" else None, -1))
+    return cases
+
+
+def expect_error(kind: type[BaseException], fragment: str, call: Callable[[], object]) -> str | None:
+    try:
+        call()
+    except kind as exc:
+        return None if fragment in str(exc) else f"{kind.__name__} without {fragment!r}: {exc}"
+    except Exception as exc:  # noqa: BLE001
+        return f"expected {kind.__name__} ({fragment!r}), got {type(exc).__name__}: {exc}"
+    return f"expected {kind.__name__} ({fragment!r}), nothing was raised"
+
+
+def bad_input_cases(p: int) -> list[tuple[str, type[BaseException], str, Callable[[], object]]]:
+    x = torch.ones(4)
+    return [
+        ("AG wrong output size", ValueError, f"must have input.numel() * {p}",
+         lambda: pc.all_gather_into_tensor(torch.empty(4 * p + 1), x)),
+        ("RS wrong input size", ValueError, f"must have output.numel() * {p}",
+         lambda: pc.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * p + 2))),
+        ("AG dtype mismatch", TypeError, "must match",
+         lambda: pc.all_gather_into_tensor(torch.empty(4 * p, dtype=torch.float64), x)),
+        ("AR unsupported dtype", TypeError, "supports",
+         lambda: pc.all_reduce(torch.ones(4, dtype=torch.bool))),
+        ("AR complex dtype", TypeError, "supports",
+         lambda: pc.all_reduce(torch.ones(4, dtype=torch.complex64))),
+        ("AR non-contiguous", ValueError, "not contiguous",
+         lambda: pc.all_reduce(torch.ones(4, 4).t())),
+        ("RS non-contiguous input", ValueError, "not contiguous",
+         lambda: pc.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * p, 2)[:, 0])),
+        ("AR wrong device", ValueError, "initialised for cpu",
+         lambda: pc.all_reduce(torch.ones(4, device="meta"))),
+        ("AR not a tensor", TypeError, "must be a torch.Tensor",
+         lambda: pc.all_reduce([1.0, 2.0])),  # type: ignore[arg-type]
+        ("AR AVG on int", TypeError, "floating-point",
+         lambda: pc.all_reduce(torch.ones(4, dtype=torch.int32), "avg")),
+        ("RS PREMUL_SUM on int", TypeError, "floating-point",
+         lambda: pc.reduce_scatter_tensor(torch.empty(1, dtype=torch.int64), torch.ones(p, dtype=torch.int64),
+                                          pc.premul_sum(2.0))),
+        ("AR unknown op", ValueError, "unsupported reduction",
+         lambda: pc.all_reduce(torch.ones(4), "xor")),
+        ("AR PREMUL_SUM without factor", ValueError, "needs a factor",
+         lambda: pc.all_reduce(torch.ones(4), pc.ReduceOp.PREMUL_SUM)),
+        ("AR unknown algorithm", ValueError, "valid: ",
+         lambda: pc.all_reduce(torch.ones(4), algorithm="telepathy")),
+        ("AG overlapping buffers", ValueError, "overlaps",
+         lambda: (lambda base: pc.all_gather_into_tensor(base[: 4 * p], base[1:5]))(torch.zeros(4 * p + 1))),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--no-large", action="store_true", help="skip the ~1 Mi element cases")
+    parser.add_argument("--collectives", default="all_gather,reduce_scatter,all_reduce")
+    parser.add_argument("--algorithms", default="", help="comma list; default: every valid name")
+    parser.add_argument("--json", help="rank 0 writes the summary here")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+
+    world = MPI.COMM_WORLD
+    runner = Runner(world, args.verbose)
+    start = time.perf_counter()
+
+    runner.check("use before init", lambda: expect_error(pc.NotInitializedError, "call pccl_torch.init() first",
+                                                         lambda: pc.all_reduce(torch.ones(2))))
+    comm = pc.init()
+    topo = comm.topology
+    collectives = args.collectives.split(",")
+    wanted = set(filter(None, args.algorithms.split(",")))
+    algorithms = {c: [a for a in pc.algorithms(c) if not wanted or a in wanted] for c in collectives}
+    cases = correctness_cases(algorithms, large=not args.no_large)
+    for case in cases:
+        if case.count < 0:
+            per_block = LARGE // topo.world_size + 1 if case.collective != "all_reduce" else LARGE + 3
+            case = Case(case.collective, case.algorithm, case.dtype, case.op, per_block)
+        if args.verbose and runner.rank == 0:
+            print(case, flush=True)
+        runner.check(str(case), lambda case=case: runner.run_case(case))
+
+    runner.check("async work handles", lambda: check_async(topo.world_size, topo.rank))
+    for name, kind, fragment, call in bad_input_cases(topo.world_size):
+        runner.check(f"bad input: {name}", lambda kind=kind, fragment=fragment, call=call:
+                     expect_error(kind, fragment, call))
+    # After all the rejected calls, the communicator still works and nothing is pending.
+    runner.check("collective after rejected calls", lambda: runner.run_case(
+        Case("all_reduce", "ring", torch.float32, "sum", 5)))
+    pc.shutdown()
+    runner.check("use after shutdown", lambda: expect_error(pc.NotInitializedError, "shut down",
+                                                            lambda: pc.all_reduce(torch.ones(2))))
+
+    failures = [f for per_rank in world.gather(runner.failures, root=0) or [] for f in per_rank]
+    passed = world.reduce(runner.passed, op=MPI.SUM, root=0)
+    if runner.rank == 0:
+        elapsed = time.perf_counter() - start
+        for failure in failures:
+            print("FAIL", failure, file=sys.stderr)
+        print(f"mpiexec -n {topo.world_size} local_size={topo.local_size}: {len(cases)} cases, "
+              f"{elapsed:.1f} s")
+        print(f"{passed} passed, {len(failures)} failed")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"ranks": topo.world_size, "local_size": topo.local_size, "passed": passed,
+                           "failed": len(failures), "failures": failures, "seconds": elapsed}, fh, indent=1)
+    failed_anywhere = world.allreduce(len(runner.failures), op=MPI.SUM)
+    return 1 if failed_anywhere else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

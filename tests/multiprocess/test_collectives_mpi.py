@@ -1,0 +1,26 @@
+"""Every collective x algorithm (flat and hierarchical) x dtype x op x size, under real ``mpiexec`` runs
+with 1..6 ranks and emulated nodes of 1, 2 or 3 ranks; plus the bad-input cases on every rank."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import launch
+
+# (ranks, ranks per emulated node): n = 1..6, local sizes 1, 2, 3 wherever they divide n.
+LAYOUTS = [(n, local) for n in range(1, 7) for local in (1, 2, 3) if n % local == 0 and local <= n]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("ranks,local_size", LAYOUTS, ids=[f"n{n}-L{l}" for n, l in LAYOUTS])
+def test_every_collective_algorithm_dtype_and_op(ranks: int, local_size: int, tmp_path) -> None:
+    summary = tmp_path / "summary.json"
+    result = launch("driver.py", ranks, "--json", str(summary), local_size=local_size)
+    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    report = json.loads(summary.read_text())
+    assert report["ranks"] == ranks and report["local_size"] == local_size
+    assert report["failed"] == 0, "\n".join(report["failures"][:30])
+    assert report["passed"] > 1000 * ranks, f"too few cases ran: {report['passed']}"
+    assert result.returncode == 0, result.stderr[-4000:]

@@ -1,0 +1,77 @@
+"""The two-level compositions on in-process transports: N nodes x L ranks, any inter-node schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pccl_torch.algorithms import get, hierarchical
+from pccl_torch.ops import ReduceOp
+from pccl_torch.plan import family
+from pccl_torch.transport import ThreadedWorld
+
+GRIDS = [(1, 1), (1, 3), (3, 1), (2, 2), (3, 2), (2, 3), (5, 3), (4, 4)]
+
+
+def run_grid(nodes: int, local: int, fn):
+    """Run ``fn(intra, inter, global_rank)`` on every rank of an N x L grid; results in global order."""
+    intra = [ThreadedWorld(local) for _ in range(nodes)]
+    inter = [ThreadedWorld(nodes) for _ in range(local)]
+    world = ThreadedWorld(nodes * local)
+    args = [(intra[g // local].transports[g % local], inter[g % local].transports[g // local], g)
+            for g in range(nodes * local)]
+    return world.run(lambda _t, a, b, g: fn(a, b, g), args)
+
+
+def ints(p: int, numel: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(-4, 5, (numel,), generator=g, dtype=torch.int64) for _ in range(p)]
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("inter", family("all_gather") + ["native"])
+def test_all_gather(nodes: int, local: int, inter: str) -> None:
+    p, n = nodes * local, 5
+    inputs = ints(p, n, seed=p)
+
+    def fn(intra_t, inter_t, g):
+        out = torch.empty(p * n, dtype=torch.int64)
+        hierarchical.all_gather(intra_t, inter_t, get("all_gather", inter).fn, out, inputs[g].clone())
+        return out
+
+    for out in run_grid(nodes, local, fn):
+        assert torch.equal(out, torch.cat(inputs))
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("inter", family("reduce_scatter") + ["native"])
+def test_reduce_scatter(nodes: int, local: int, inter: str) -> None:
+    p, n = nodes * local, 3
+    inputs = ints(p, p * n, seed=p + 1)
+    expected = torch.stack(inputs).sum(0)
+
+    def fn(intra_t, inter_t, g):
+        out = torch.empty(n, dtype=torch.int64)
+        hierarchical.reduce_scatter(intra_t, inter_t, get("reduce_scatter", inter).fn, inputs[g], out,
+                                    ReduceOp.SUM)
+        return out
+
+    for g, out in enumerate(run_grid(nodes, local, fn)):
+        assert torch.equal(out, expected[g * n:(g + 1) * n])
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("inter", family("all_reduce") + ["native"])
+@pytest.mark.parametrize("numel", [0, 1, 7, 24])
+def test_all_reduce(nodes: int, local: int, inter: str, numel: int) -> None:
+    p = nodes * local
+    inputs = ints(p, numel, seed=p + numel)
+    expected = torch.stack(inputs).max(0).values if numel else torch.empty(0, dtype=torch.int64)
+
+    def fn(intra_t, inter_t, g):
+        buf = inputs[g].clone()
+        hierarchical.all_reduce(intra_t, inter_t, get("all_reduce", inter).fn, buf, ReduceOp.MAX)
+        return buf
+
+    for out in run_grid(nodes, local, fn):
+        assert torch.equal(out, expected)
