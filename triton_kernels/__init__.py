@@ -1,11 +1,23 @@
 """Device kernels for pccl_torch's local work: block permutations (pack/unpack) and reductions.
 
-Installed as ``pccl_torch.triton_kernels``. Each file holds one concern; every public function is the
-single dispatch point for its kernel, and every algorithm of pccl_torch calls these functions instead of
-doing its own reduction or permutation loop.
+Installed as ``pccl_torch.triton_kernels``. One file per concern (``pack.py``, ``reduce.py``), each with
+its ``@triton.jit`` kernels, their plain-torch references and one dispatch function per kernel, which is
+what every algorithm of pccl_torch calls: compiled Triton on CUDA tensors, torch on CPU tensors, the
+Triton interpreter on CPU tensors when ``TRITON_INTERPRET=1`` (see ``_backend.py``).
 """
 
-from .pack import permute_blocks, rotate_
-from .reduce import reduce_, scale_
+from ._backend import HAS_TRITON, current_backend, use_backend
+from .pack import gather_chunks, permute_blocks, rotate_
+from .reduce import reduce_, reduce_n, scale_
 
-__all__ = ["permute_blocks", "rotate_", "reduce_", "scale_"]
+__all__ = [
+    "HAS_TRITON",
+    "current_backend",
+    "gather_chunks",
+    "permute_blocks",
+    "reduce_",
+    "reduce_n",
+    "rotate_",
+    "scale_",
+    "use_backend",
+]

@@ -1,25 +1,91 @@
-"""Block permutations of flat buffers: the pack/unpack steps of the hierarchical collectives.
+"""Block permutations of flat buffers: the pack/unpack steps of the collectives.
 
-``permute_blocks`` views a flat buffer as ``[A, B, C]`` (A x B chunks of C elements) and writes the
-``[B, A, C]`` transpose: the reduce-scatter pack (global order ``[node, local, chunk]`` to
-``[local, node, chunk]``) and the all-gather unpack (the inverse). ``rotate_`` is Bruck's final
-rotation. Both write into a separate output: the input is never modified.
+- ``permute_blocks``: view ``src`` as ``[A, B, C]`` (A x B chunks of C elements) and write the
+  ``[B, A, C]`` transpose. The hierarchical reduce-scatter packs global order ``[node, local, chunk]``
+  into ``[local, node, chunk]``; the hierarchical all-gather unpacks the inverse.
+- ``gather_chunks``: ``dst`` chunk ``i`` = ``src`` chunk ``index[i]`` (chunks of C elements).
+- ``rotate_``: ``dst[(i + shift) % N] = src[i]``, Bruck's final rotation back to rank order.
+
+All write into a separate, contiguous output; the input is never modified. In every Triton kernel,
+program ``i`` owns output elements ``[i * BLOCK, (i + 1) * BLOCK)`` and computes where each one comes
+from, so loads may be scattered but stores are contiguous.
 """
 
 from __future__ import annotations
 
 import torch
 
+from pccl_torch.triton_kernels._backend import HAS_TRITON, block_size, grid_for, launching, wants_triton
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _permute_kernel(
+        src_ptr,  # *T: source viewed as [A, B, C], contiguous
+        dst_ptr,  # *T: destination viewed as [B, A, C], contiguous
+        A, B, C,  # chunk grid of the source and chunk length (elements)
+        n_elements,  # A * B * C
+        BLOCK: tl.constexpr,  # output elements per program
+    ):
+        # Output element o = (b * A + a) * C + c comes from source element (a * B + b) * C + c.
+        o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = o < n_elements
+        c = o % C
+        row = o // C
+        a = row % A
+        b = row // A
+        values = tl.load(src_ptr + (a * B + b) * C + c, mask=mask)
+        tl.store(dst_ptr + o, values, mask=mask)
+
+    @triton.jit
+    def _gather_kernel(
+        src_ptr,  # *T: source chunks, contiguous
+        dst_ptr,  # *T: destination, len(index) chunks of C elements
+        index_ptr,  # *int64: source chunk of each destination chunk
+        C,  # chunk length (elements)
+        n_elements,  # len(index) * C
+        BLOCK: tl.constexpr,  # output elements per program
+    ):
+        # Output element o = i * C + c comes from source element index[i] * C + c.
+        o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = o < n_elements
+        chunk = tl.load(index_ptr + o // C, mask=mask, other=0)
+        values = tl.load(src_ptr + chunk * C + o % C, mask=mask)
+        tl.store(dst_ptr + o, values, mask=mask)
+
+    @triton.jit
+    def _rotate_kernel(
+        src_ptr,  # *T: source, n_elements, contiguous
+        dst_ptr,  # *T: destination, n_elements, contiguous
+        shift,  # 0 <= shift < n_elements: dst[(i + shift) % n] = src[i]
+        n_elements,
+        BLOCK: tl.constexpr,  # output elements per program
+    ):
+        # Output element o comes from source element (o - shift) mod n = (o + n - shift) % n.
+        o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = o < n_elements
+        values = tl.load(src_ptr + (o + n_elements - shift) % n_elements, mask=mask)
+        tl.store(dst_ptr + o, values, mask=mask)
+
 
 def _check(src: torch.Tensor, dst: torch.Tensor, numel: int, what: str) -> None:
     if src.dtype != dst.dtype:
         raise TypeError(f"cannot {what}: dtypes differ ({src.dtype} vs {dst.dtype})")
+    if src.device != dst.device:
+        raise ValueError(f"cannot {what}: devices differ ({src.device} vs {dst.device})")
     if not (src.is_contiguous() and dst.is_contiguous()):
         raise ValueError(f"cannot {what}: input and output must be contiguous")
-    if src.numel() != numel or dst.numel() != numel:
-        raise ValueError(f"cannot {what}: expected {numel} elements, got input {src.numel()}, output {dst.numel()}")
+    if dst.numel() != numel:
+        raise ValueError(f"cannot {what}: expected {numel} output elements, got {dst.numel()}")
     if src.numel() and src.data_ptr() == dst.data_ptr():
         raise ValueError(f"cannot {what} in place: input and output must be different buffers")
+
+
+def permute_reference(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int) -> torch.Tensor:
+    """Plain-torch twin of ``_permute_kernel``."""
+    return dst.view(b, a, c).copy_(src.view(a, b, c).transpose(0, 1)).view(-1) if dst.numel() else dst
 
 
 def permute_blocks(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int) -> torch.Tensor:
@@ -27,22 +93,69 @@ def permute_blocks(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int)
     if min(a, b, c) < 0:
         raise ValueError(f"cannot permute: block counts must be >= 0, got a={a}, b={b}, c={c}")
     _check(src, dst, a * b * c, "permute blocks")
-    if src.numel():
-        dst.view(b, a, c).copy_(src.view(a, b, c).transpose(0, 1))
+    if src.numel() != a * b * c:
+        raise ValueError(f"cannot permute blocks: expected {a * b * c} input elements, got {src.numel()}")
+    if dst.numel() == 0:
+        return dst
+    if not wants_triton(dst):
+        permute_reference(src, dst, a, b, c)
+        return dst
+    block = block_size(dst)
+    with launching():
+        _permute_kernel[grid_for(dst.numel(), block, "permute")](src, dst, a, b, c, dst.numel(), BLOCK=block)
+    return dst
+
+
+def gather_reference(src: torch.Tensor, dst: torch.Tensor, index: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Plain-torch twin of ``_gather_kernel``."""
+    if dst.numel():
+        torch.index_select(src.view(-1, chunk), 0, index, out=dst.view(-1, chunk))
+    return dst
+
+
+def gather_chunks(src: torch.Tensor, dst: torch.Tensor, index: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``dst`` chunk ``i`` = ``src`` chunk ``index[i]``, chunks of ``chunk`` elements. Returns ``dst``."""
+    if chunk < 0:
+        raise ValueError(f"cannot gather chunks: chunk length must be >= 0, got {chunk}")
+    if index.dtype != torch.int64 or index.dim() != 1 or index.device != src.device:
+        raise TypeError(f"cannot gather chunks: index must be a 1-D int64 tensor on {src.device}, "
+                        f"got {index.dtype} {tuple(index.shape)} on {index.device}")
+    _check(src, dst, index.numel() * chunk, "gather chunks")
+    chunks = src.numel() // chunk if chunk else 0
+    if chunk and src.numel() % chunk:
+        raise ValueError(f"cannot gather chunks: {src.numel()} input elements are not whole chunks of {chunk}")
+    if dst.numel() == 0:
+        return dst
+    if int(index.min()) < 0 or int(index.max()) >= chunks:
+        raise IndexError(f"cannot gather chunks: index values must be in [0, {chunks}), "
+                         f"got [{int(index.min())}, {int(index.max())}]")
+    if not wants_triton(dst):
+        return gather_reference(src, dst, index, chunk)
+    block = block_size(dst)
+    with launching():
+        _gather_kernel[grid_for(dst.numel(), block, "gather")](src, dst, index.contiguous(), chunk, dst.numel(),
+                                                               BLOCK=block)
+    return dst
+
+
+def rotate_reference(src: torch.Tensor, dst: torch.Tensor, shift: int) -> torch.Tensor:
+    """Plain-torch twin of ``_rotate_kernel`` (two contiguous copies)."""
+    total = src.numel()
+    cut = (total - shift % total) % total  # src[cut:] lands at the front of dst
+    dst[: total - cut].copy_(src[cut:])
+    dst[total - cut:].copy_(src[:cut])
     return dst
 
 
 def rotate_(src: torch.Tensor, dst: torch.Tensor, shift: int) -> torch.Tensor:
-    """Element ``i`` of ``src`` goes to element ``(i + shift) % N`` of ``dst`` (``N = src.numel()``).
-
-    Bruck's all-gather ends with its buffer rotated so that it starts with this rank's block; this
-    moves it back to rank order in two contiguous copies. Returns ``dst``.
-    """
+    """Element ``i`` of ``src`` goes to element ``(i + shift) % N`` of ``dst``. Returns ``dst``."""
     _check(src, dst, src.numel(), "rotate")
     total = src.numel()
     if total == 0:
         return dst
-    cut = (total - shift % total) % total  # src[cut:] lands at the front of dst
-    dst[: total - cut].copy_(src[cut:])
-    dst[total - cut :].copy_(src[:cut])
+    if not wants_triton(dst):
+        return rotate_reference(src, dst, shift)
+    block = block_size(dst)
+    with launching():
+        _rotate_kernel[grid_for(total, block, "rotate")](src, dst, shift % total, total, BLOCK=block)
     return dst

@@ -24,3 +24,15 @@ def test_every_collective_algorithm_dtype_and_op(ranks: int, local_size: int, tm
     assert report["failed"] == 0, "\n".join(report["failures"][:30])
     assert report["passed"] > 1000 * ranks, f"too few cases ran: {report['passed']}"
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.mark.multiprocess
+def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
+    """The same cases (small sizes) with every local kernel run by the Triton interpreter, 2 nodes x 2."""
+    summary = tmp_path / "summary.json"
+    result = launch("driver.py", 4, "--no-large", "--json", str(summary), local_size=2,
+                    env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"})
+    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    report = json.loads(summary.read_text())
+    assert report["failed"] == 0, "\n".join(report["failures"][:30])
+    assert report["passed"] > 1000 * 4

@@ -9,6 +9,7 @@ from pccl_torch.algorithms import get, hierarchical
 from pccl_torch.ops import ReduceOp
 from pccl_torch.plan import family
 from pccl_torch.transport import ThreadedWorld
+from pccl_torch.triton_kernels import HAS_TRITON, use_backend
 
 GRIDS = [(1, 1), (1, 3), (3, 1), (2, 2), (3, 2), (2, 3), (5, 3), (4, 4)]
 
@@ -75,3 +76,33 @@ def test_all_reduce(nodes: int, local: int, inter: str, numel: int) -> None:
 
     for out in run_grid(nodes, local, fn):
         assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("nodes,local", [(2, 3), (3, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_triton_interpreter_kernels_give_the_torch_results(nodes: int, local: int, dtype: torch.dtype) -> None:
+    """Hierarchical RS, AG and AR with every kernel (pack, reduce, rotate) through the Triton interpreter
+    give bitwise the results of the torch kernels."""
+    if not HAS_TRITON:
+        pytest.fail("triton is not installed: `make test` installs the [triton] extra")
+    p, n = nodes * local, 7
+    g = torch.Generator().manual_seed(p)
+    inputs = [torch.randn(p * n, generator=g).to(dtype) for _ in range(p)]
+
+    def fn(intra_t, inter_t, rank):
+        rs = torch.empty(n, dtype=dtype)
+        hierarchical.reduce_scatter(intra_t, inter_t, get("reduce_scatter", "recursive_halving").fn,
+                                    inputs[rank], rs, ReduceOp.SUM)
+        ag = torch.empty(p * n, dtype=dtype)
+        hierarchical.all_gather(intra_t, inter_t, get("all_gather", "bruck").fn, ag, inputs[rank][:n])
+        ar = inputs[rank].clone()
+        hierarchical.all_reduce(intra_t, inter_t, get("all_reduce", "ring").fn, ar, ReduceOp.SUM)
+        return rs, ag, ar
+
+    with use_backend("torch"):
+        expected = run_grid(nodes, local, fn)
+    with use_backend("triton"):
+        interpreted = run_grid(nodes, local, fn)
+    for want, got in zip(expected, interpreted):
+        for w, x in zip(want, got):
+            assert torch.equal(w.view(torch.uint8), x.view(torch.uint8))
