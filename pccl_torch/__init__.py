@@ -11,6 +11,7 @@ from pccl_torch.api import (
     all_gather_into_tensor,
     all_gather_single,
     all_reduce,
+    choose_algorithm,
     reduce_scatter_single,
     reduce_scatter_tensor,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "all_gather_into_tensor",
     "all_gather_single",
     "all_reduce",
+    "choose_algorithm",
     "default_communicator",
     "init",
     "is_initialized",

@@ -45,6 +45,12 @@ def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nby
     return resolve(collective, name)
 
 
+def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None) -> str:
+    """The algorithm ``algorithm=None`` would run for a call of ``collective`` on ``nbytes`` (full buffer)."""
+    comm = comm or default_communicator()
+    return _plan(comm, collective, None, nbytes).name
+
+
 def _launch(comm: Communicator, plan: Plan, nbytes: int, body: Callable[[], torch.Tensor],
             async_op: bool) -> Work | None:
     def timed() -> torch.Tensor:

@@ -1,0 +1,91 @@
+"""What pccl-bench measures: pccl (one algorithm, every algorithm, or its own choice) and the two
+baselines, torch.distributed gloo and the MPI library's native collective, each called directly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import pccl_torch as pc
+from pccl_torch.algorithms import COLLECTIVES
+
+BASELINES = ("gloo", "mpi")
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """One measured column: ``name`` is pccl, gloo or mpi; ``algorithm`` the pccl name (None = auto)."""
+
+    name: str
+    algorithm: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.name != "pccl":
+            return self.name
+        return f"pccl:{self.algorithm}" if self.algorithm else "pccl"
+
+
+def validate_backends(text: str, collectives: tuple[str, ...]) -> None:
+    """Fail before any launch if a backend is malformed or an algorithm exists for none of ``collectives``."""
+    for collective in collectives:
+        parse_backends(text, collective, skip_foreign=True)
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, algorithm = item.partition(":")
+        if name == "pccl" and algorithm not in ("", "all") and not any(
+                algorithm in pc.algorithms(c) for c in collectives):
+            raise ValueError(f"pccl algorithm {algorithm!r} exists for none of {', '.join(collectives)}; valid: "
+                             + "; ".join(f"{c}: {', '.join(pc.algorithms(c))}" for c in collectives))
+
+
+def parse_backends(text: str, collective: str, *, skip_foreign: bool = False) -> list[Backend]:
+    """``pccl,gloo,mpi``, ``pccl:ring``, ``pccl:all`` (every algorithm of ``collective``).
+
+    With ``skip_foreign``, ``pccl:<algorithm>`` entries that belong to another collective (``bruck`` for
+    an all-reduce) are left out instead of rejected.
+    """
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    backends: list[Backend] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, algorithm = item.partition(":")
+        if name in BASELINES and not algorithm:
+            backends.append(Backend(name))
+        elif name == "pccl" and algorithm == "all":
+            backends.extend(Backend("pccl", a) for a in pc.algorithms(collective))
+        elif name == "pccl":
+            if algorithm and algorithm not in pc.algorithms(collective):
+                if skip_foreign and any(algorithm in pc.algorithms(c) for c in COLLECTIVES):
+                    continue
+                raise ValueError(f"unknown {collective} algorithm {algorithm!r}; valid: "
+                                 f"{', '.join(pc.algorithms(collective))}")
+            backends.append(Backend("pccl", algorithm or None))
+        else:
+            raise ValueError(f"unknown backend {item!r}: expected pccl, pccl:<algorithm>, pccl:all, gloo or mpi")
+    seen: dict[str, Backend] = {b.label: b for b in backends}  # drop repeats, keep order
+    return list(seen.values())
+
+
+def make_call(backend: Backend, collective: str, comm: pc.Communicator,
+              output: torch.Tensor, inp: torch.Tensor) -> Callable[[], None]:
+    """A zero-argument call running ``collective`` once with ``backend`` (SUM for reductions).
+
+    For all-reduce, ``output`` is the buffer (reduced in place) and ``inp`` is ignored. The baselines
+    call the libraries directly (torch.distributed on the world group, mpi4py on a world communicator),
+    bypassing pccl's dispatch.
+    """
+    if backend.name == "pccl":
+        algo = backend.algorithm
+        if collective == "all_gather":
+            return lambda: pc.all_gather_into_tensor(output, inp, algorithm=algo, comm=comm)
+        if collective == "reduce_scatter":
+            return lambda: pc.reduce_scatter_tensor(output, inp, algorithm=algo, comm=comm)
+        return lambda: pc.all_reduce(output, algorithm=algo, comm=comm)
+    library = comm.vendor if backend.name == "gloo" else comm.world
+    if collective == "all_gather":
+        return lambda: library.native_all_gather(output, inp)
+    if collective == "reduce_scatter":
+        return lambda: library.native_reduce_scatter(output, inp, pc.ReduceOp.SUM)
+    return lambda: library.native_all_reduce(output, pc.ReduceOp.SUM)

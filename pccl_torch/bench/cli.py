@@ -1,0 +1,113 @@
+"""pccl-bench: nccl-tests-style benchmark of pccl's collectives side by side with gloo and MPI.
+
+    pccl-bench -np 4 --local-size 2 -b 1K -e 16M -f 4 --backends pccl,gloo,mpi --check \\
+               --json out.json --plot out.png
+
+With ``-np N`` it launches itself under ``mpiexec -n N``; inside an existing MPI launch it runs there.
+Sizes are bytes of the full buffer (all-gather output, reduce-scatter input, all-reduce buffer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from pccl_torch.units import parse_size, size_range
+
+_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pccl-bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-b", "--minbytes", default="1K", help="smallest size (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="16M", help="largest size (default 16M)")
+    p.add_argument("-f", "--stepfactor", type=float, default=4, help="size multiplier (default 4)")
+    p.add_argument("-c", "--collectives", default="all_reduce,all_gather,reduce_scatter")
+    p.add_argument("-d", "--dtype", default="float32",
+                   choices=["float32", "float64", "float16", "bfloat16", "int32", "int64"])
+    p.add_argument("-w", "--warmup", type=int, default=3, help="warm-up iterations per size and backend")
+    p.add_argument("-n", "--iters", type=int, default=10, help="timed iterations per size and backend")
+    p.add_argument("--backends", default="pccl,gloo,mpi",
+                   help="comma list of pccl (auto), pccl:<algorithm>, pccl:all, gloo, mpi")
+    p.add_argument("-np", "--nprocs", type=int, help="launch this many ranks under mpiexec")
+    p.add_argument("--local-size", type=int, help="ranks per emulated node (PCCL_LOCAL_SIZE)")
+    p.add_argument("--check", action="store_true", help="check every result (#wrong column)")
+    p.add_argument("--json", help="write the rows to this JSON file")
+    p.add_argument("--plot", help="write a busbw-vs-size plot (PNG) here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def inside_mpi_launch() -> bool:
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run this command again under ``mpiexec -n args.nprocs`` (without -np)."""
+    mpiexec = Path(sys.prefix) / "bin" / "mpiexec"
+    launcher = str(mpiexec) if mpiexec.exists() else shutil.which("mpiexec")
+    if not launcher:
+        print("pccl-bench: no mpiexec found; install pccl-torch (it brings the mpich wheel)", file=sys.stderr)
+        return 2
+    rest, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item in ("-np", "--nprocs"):
+            skip = True
+        elif not item.startswith(("-np=", "--nprocs=")):
+            rest.append(item)
+    env = dict(os.environ)
+    env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    if args.local_size:
+        env["PCCL_LOCAL_SIZE"] = str(args.local_size)
+    command = [launcher, "-n", str(args.nprocs), sys.executable, "-m", "pccl_torch.bench.cli", *rest]
+    return subprocess.run(command, env=env).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.nprocs and not inside_mpi_launch():
+        return relaunch(args, argv)
+
+    import pccl_torch as pc
+    from pccl_torch.bench import report
+    from pccl_torch.bench.backends import validate_backends
+    from pccl_torch.bench.runner import Settings, measure
+
+    settings = Settings(
+        collectives=tuple(c.strip() for c in args.collectives.split(",") if c.strip()),
+        sizes=tuple(size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)),
+        dtype=getattr(torch, args.dtype), warmup=args.warmup, iters=args.iters,
+        backends=args.backends, check=args.check,
+    )
+    try:
+        validate_backends(settings.backends, settings.collectives)
+    except ValueError as exc:
+        print(f"pccl-bench: {exc}", file=sys.stderr)
+        return 2
+    comm = pc.init(local_size=args.local_size)
+    try:
+        rows = measure(comm, settings, progress=not args.no_progress)
+    finally:
+        pc.shutdown()
+    if comm.topology.rank == 0:
+        print(report.format_table(rows), flush=True)
+        if args.json:
+            report.write_json(rows, args.json)
+        if args.plot:
+            report.plot(rows, args.plot)
+    wrong = sum(max(r["wrong"], 0) for r in rows)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

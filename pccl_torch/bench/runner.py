@@ -1,0 +1,161 @@
+"""The measurement loop of pccl-bench: for each collective and size, every backend in turn
+(A B C A B C ...), so that the ratios between them hold on a noisy machine."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+import pccl_torch as pc
+from pccl_torch.bench.backends import Backend, make_call, parse_backends
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What to measure (the command-line flags)."""
+
+    collectives: tuple[str, ...]
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+    warmup: int
+    iters: int
+    backends: str
+    check: bool
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """nccl-tests: busbw = algbw x 2(p-1)/p for all-reduce, x (p-1)/p for all-gather and reduce-scatter."""
+    return (2 if collective == "all_reduce" else 1) * (ranks - 1) / ranks
+
+
+def versions() -> dict[str, str]:
+    return {
+        "pccl_torch": pc.__version__,
+        "torch": torch.__version__,
+        "mpi4py": __import__("mpi4py").__version__,
+        "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+        "python": sys.version.split()[0],
+    }
+
+
+class _Buffers:
+    """Input and output of one (collective, size), reused by every backend."""
+
+    def __init__(self, collective: str, total: int, ranks: int, dtype: torch.dtype) -> None:
+        self.collective = collective
+        block = total // ranks
+        if collective == "all_gather":
+            self.inp, self.out = torch.ones(block, dtype=dtype), torch.empty(total, dtype=dtype)
+        elif collective == "reduce_scatter":
+            self.inp, self.out = torch.ones(total, dtype=dtype), torch.empty(block, dtype=dtype)
+        else:
+            self.inp, self.out = torch.empty(0, dtype=dtype), torch.ones(total, dtype=dtype)
+
+    def reset(self) -> None:
+        """All-reduce works in place: restart from ones so values stay finite."""
+        if self.collective == "all_reduce":
+            self.out.fill_(1)
+
+
+def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank: int, ranks: int) -> int:
+    """Run once on known inputs (small integers: exact in every dtype) and count wrong elements."""
+    modulus = max(2, 128 // ranks)
+    dtype = bufs.out.dtype
+
+    def pattern(numel: int, who: int) -> torch.Tensor:
+        return ((torch.arange(numel) + 3 * who) % modulus).to(dtype)
+
+    if collective == "all_gather":
+        bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
+        expected = torch.cat([pattern(bufs.inp.numel(), r) for r in range(ranks)])
+    elif collective == "reduce_scatter":
+        bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
+        block = bufs.out.numel()
+        full = sum(pattern(bufs.inp.numel(), r).double() for r in range(ranks))
+        expected = full[rank * block:(rank + 1) * block].to(dtype)
+    else:
+        bufs.out.copy_(pattern(bufs.out.numel(), rank))
+        expected = sum(pattern(bufs.out.numel(), r).double() for r in range(ranks)).to(dtype)
+    call()
+    wrong = int((bufs.out != expected).sum())
+    bufs.inp.fill_(1)
+    bufs.out.fill_(1)
+    return wrong
+
+
+def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) -> list[dict]:
+    """Measure every (collective, size, backend); returns the rows (identical on every rank)."""
+    topo = comm.topology
+    world = MPI.COMM_WORLD
+    ranks = topo.world_size
+    element = torch.tensor([], dtype=settings.dtype).element_size()
+    plan = [(c, s) for c in settings.collectives for s in settings.sizes]
+    bar = None
+    if progress and topo.rank == 0:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(plan), desc="pccl-bench", unit="size", file=sys.stderr, leave=False)
+    rows: list[dict] = []
+    host, info = socket.gethostname(), versions()
+    for collective, size in plan:
+        total = size // element // ranks * ranks if collective != "all_reduce" else size // element
+        if total == 0:
+            if bar:
+                bar.update()
+            continue
+        nbytes = total * element
+        bufs = _Buffers(collective, total, ranks, settings.dtype)
+        backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True)
+        calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
+        samples = np.zeros((len(backends), settings.iters))
+        for it in range(settings.warmup + settings.iters):
+            for i, call in enumerate(calls):
+                bufs.reset()
+                world.Barrier()
+                start = MPI.Wtime()
+                call()
+                if it >= settings.warmup:
+                    samples[i, it - settings.warmup] = MPI.Wtime() - start
+        slowest = np.empty_like(samples)
+        world.Allreduce(samples, slowest, op=MPI.MAX)  # a collective ends when its last rank does
+        for i, (backend, call) in enumerate(zip(backends, calls)):
+            wrong = -1
+            if settings.check:
+                wrong = world.allreduce(_count_wrong(collective, call, bufs, topo.rank, ranks), op=MPI.SUM)
+            seconds = statistics.median(slowest[i])
+            algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm)
+                                              if backend.name == "pccl" else "native")
+            algbw = nbytes / seconds / 1e9
+            rows.append({
+                "collective": collective, "backend": backend.name, "algorithm": algorithm,
+                "auto": backend.name == "pccl" and backend.algorithm is None,
+                "size_bytes": nbytes, "count": total, "dtype": str(settings.dtype).removeprefix("torch."),
+                "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),
+                "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
+                "iters": settings.iters, "warmup": settings.warmup, "hostname": host, "versions": info,
+            })
+        if bar:
+            bar.update()
+    if bar:
+        bar.close()
+    add_ratios(rows)
+    return rows
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """``vs_best_baseline`` on pccl rows: best baseline time / pccl time at that size (> 1: pccl faster)."""
+    best: dict[tuple[str, int], float] = {}
+    for row in rows:
+        if row["backend"] != "pccl":
+            key = (row["collective"], row["size_bytes"])
+            best[key] = min(best.get(key, float("inf")), row["time_us"])
+    for row in rows:
+        baseline = best.get((row["collective"], row["size_bytes"]))
+        row["vs_best_baseline"] = (baseline / row["time_us"]) if row["backend"] == "pccl" and baseline else None

@@ -1,0 +1,69 @@
+"""pccl-bench pieces that need no MPI launch: sizes, backend lists, ratios, table, JSON schema, plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pccl_torch.bench.backends import Backend, parse_backends, validate_backends
+from pccl_torch.bench.report import JSON_FIELDS, format_table, plot, write_json
+from pccl_torch.bench.runner import add_ratios, bus_factor
+from pccl_torch.plan import valid_names
+from pccl_torch.units import format_size, parse_size, size_range
+
+
+def test_sizes_parse_like_nccl_tests() -> None:
+    assert parse_size("4K") == 4096 and parse_size("16M") == 16 << 20 and parse_size("1GiB") == 1 << 30
+    assert parse_size("512") == 512 and parse_size("1.5K") == 1536
+    assert format_size(16 << 20) == "16M" and format_size(1000) == "1000"
+    assert size_range(1024, 16 << 20, 4) == [1 << k for k in range(10, 25, 2)]
+    with pytest.raises(ValueError, match="cannot read size"):
+        parse_size("lots")
+    with pytest.raises(ValueError, match="factor > 1"):
+        size_range(1, 2, 1)
+
+
+def test_backend_lists() -> None:
+    assert parse_backends("pccl,gloo,mpi", "all_reduce") == [Backend("pccl"), Backend("gloo"), Backend("mpi")]
+    everything = parse_backends("pccl:all,gloo", "all_gather")
+    assert [b.algorithm for b in everything[:-1]] == valid_names("all_gather")
+    assert parse_backends("pccl:ring,pccl:ring", "reduce_scatter") == [Backend("pccl", "ring")]
+    with pytest.raises(ValueError, match="valid: "):
+        parse_backends("pccl:bruck", "reduce_scatter")
+    with pytest.raises(ValueError, match="unknown backend"):
+        parse_backends("nccl", "all_reduce")
+    assert parse_backends("pccl:bruck,mpi", "all_reduce", skip_foreign=True) == [Backend("mpi")]
+    validate_backends("pccl:bruck,gloo", ("all_gather", "all_reduce"))
+    with pytest.raises(ValueError, match="exists for none of all_reduce"):
+        validate_backends("pccl:bruck", ("all_reduce",))
+
+
+def test_bus_bandwidth_factors_follow_nccl_tests() -> None:
+    assert bus_factor("all_reduce", 4) == pytest.approx(1.5)
+    assert bus_factor("all_gather", 4) == pytest.approx(0.75)
+    assert bus_factor("reduce_scatter", 1) == 0
+
+
+def _row(backend: str, algorithm: str, time_us: float, auto: bool = False) -> dict:
+    return {"collective": "all_reduce", "backend": backend, "algorithm": algorithm, "auto": auto,
+            "size_bytes": 4096, "count": 1024, "dtype": "float32", "time_us": time_us, "algbw_gbps": 1.0,
+            "busbw_gbps": 1.5, "wrong": 0, "ranks": 4, "local_size": 2, "nodes": 2, "iters": 5, "warmup": 1,
+            "hostname": "h", "versions": {"torch": "2.13.0"}}
+
+
+def test_ratios_table_json_and_plot(tmp_path) -> None:
+    rows = [_row("pccl", "ring", 50.0), _row("pccl", "hier:ring", 200.0, auto=True),
+            _row("gloo", "native", 100.0), _row("mpi", "native", 80.0)]
+    add_ratios(rows)
+    assert rows[0]["vs_best_baseline"] == pytest.approx(80 / 50)
+    assert rows[1]["vs_best_baseline"] == pytest.approx(80 / 200)
+    assert rows[2]["vs_best_baseline"] is None
+    table = format_table(rows)
+    assert "hier:ring (auto)" in table and "1.60" in table and "Out of bounds values : 0 OK" in table
+    path = tmp_path / "rows.json"
+    write_json(rows, path)
+    loaded = json.loads(path.read_text())
+    assert [sorted(r) for r in loaded] == [sorted(JSON_FIELDS)] * 4
+    plot(rows, tmp_path / "busbw.png")
+    assert (tmp_path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
