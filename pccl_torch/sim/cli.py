@@ -1,0 +1,197 @@
+"""``pccl-sim``: predict collective times on a machine profile, fit a profile to pccl-bench results, and
+sweep GPU counts to see where hierarchical collectives beat the vendor library's flat ring.
+
+    pccl-sim predict -c all_reduce --bytes 1M --gpus 2048 --machine frontier
+    pccl-sim fit results.json -o configs/machines/local-cpu.yaml --name local-cpu
+    pccl-sim sweep --machine frontier --gpus 8..4096 --sizes 16M,64M,256M --plot sweep.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pccl_torch.algorithms import COLLECTIVES
+from pccl_torch.plan import HIER_PREFIX
+from pccl_torch.sim import costs, machine
+from pccl_torch.sim.fit import fit, format_report
+from pccl_torch.sim.machine import MachineProfile
+from pccl_torch.units import format_size, parse_size
+
+DEFAULT_SIZES = "1M,16M,64M,256M,1G"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """The flat vendor ring against the best hierarchical algorithm at one (collective, size, GPUs)."""
+
+    collective: str
+    nbytes: int
+    gpus: int
+    nodes: int
+    vendor_us: float
+    hier_algorithm: str
+    hier_us: float
+    speedup: float
+
+
+def layout(gpus: int, profile: MachineProfile) -> tuple[int, int]:
+    """(nodes, ranks per node) of ``gpus`` ranks on ``profile``: whole nodes, or part of one."""
+    if gpus < 1:
+        raise ValueError(f"need at least 1 GPU, got {gpus}")
+    if gpus <= profile.ranks_per_node:
+        return 1, gpus
+    if gpus % profile.ranks_per_node:
+        raise ValueError(f"{gpus} GPUs is not a whole number of {profile.name} nodes "
+                         f"of {profile.ranks_per_node}")
+    return gpus // profile.ranks_per_node, profile.ranks_per_node
+
+
+def parse_gpus(text: str) -> list[int]:
+    """``"8..4096"`` -> the powers of two from 8 to 4096; ``"8,96"`` or ``"2048"`` as listed."""
+    if ".." in text:
+        lo, hi = (int(x) for x in text.split("..", 1))
+        if lo < 1 or hi < lo:
+            raise ValueError(f"bad GPU range {text!r}: need 1 <= low <= high")
+        first = 1 << (lo - 1).bit_length()
+        return [1 << k for k in range(first.bit_length() - 1, hi.bit_length()) if lo <= 1 << k <= hi]
+    return [int(x) for x in text.split(",")]
+
+
+def sweep(profile: MachineProfile, gpus: list[int], sizes: list[int],
+          collectives: tuple[str, ...] | list[str] = COLLECTIVES) -> list[SweepPoint]:
+    """For every collective, size and GPU count: the flat vendor ring (what NCCL/RCCL run) against the
+    fastest ``hier:*`` algorithm."""
+    points = []
+    for collective in collectives:
+        hier = [a for a in costs.algorithms(collective) if a.startswith(HIER_PREFIX)]
+        for nbytes in sizes:
+            for g in gpus:
+                nodes, local = layout(g, profile)
+                vendor = costs.predict(collective, "vendor", nbytes, nodes, local, profile)
+                name, t = costs.best(collective, nbytes, nodes, local, profile, hier)
+                points.append(SweepPoint(collective, nbytes, g, nodes, vendor * 1e6, name, t * 1e6, vendor / t))
+    return points
+
+
+def format_sweep(points: list[SweepPoint]) -> str:
+    lines = [f"{'collective':<16}{'size':>6}{'gpus':>7}{'nodes':>7}{'vendor(us)':>13}"
+             f"{'best hierarchical':>26}{'time(us)':>12}{'speedup':>10}"]
+    for p in points:
+        lines.append(f"{p.collective:<16}{format_size(p.nbytes):>6}{p.gpus:>7}{p.nodes:>7}{p.vendor_us:>13.1f}"
+                     f"{p.hier_algorithm:>26}{p.hier_us:>12.1f}{p.speedup:>9.1f}x")
+    return "\n".join(lines)
+
+
+def plot_sweep(points: list[SweepPoint], path: str | Path, title: str) -> None:
+    """Speedup of the best hierarchical algorithm over the vendor ring against GPU count, one subplot
+    per collective and one line per size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    collectives = list(dict.fromkeys(p.collective for p in points))
+    fig, axes = plt.subplots(1, len(collectives), figsize=(5 * len(collectives), 4), squeeze=False)
+    for ax, collective in zip(axes[0], collectives):
+        for nbytes in dict.fromkeys(p.nbytes for p in points):
+            mine = [p for p in points if p.collective == collective and p.nbytes == nbytes]
+            ax.plot([p.gpus for p in mine], [p.speedup for p in mine], marker="o", label=format_size(nbytes))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set(title=collective, xlabel="GPUs", ylabel="speedup over vendor ring")
+        ax.legend(title="buffer", fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _predict(args: argparse.Namespace) -> None:
+    profile = machine.load(args.machine)
+    nodes, local = layout(args.gpus, profile)
+    times = {a: costs.predict(args.collective, a, args.bytes, nodes, local, profile)
+             for a in costs.algorithms(args.collective)}
+    winner = min(times, key=times.__getitem__)
+    print(f"{args.collective} of {format_size(args.bytes)} on {args.gpus} GPUs = {nodes} nodes x {local} "
+          f"({profile.name})")
+    print(f"{'algorithm':<26}{'time(us)':>14}{'vs vendor':>11}")
+    for name, t in times.items():
+        mark = "  <- best" if name == winner else ""
+        print(f"{name:<26}{t * 1e6:>14.1f}{times['vendor'] / t:>10.2f}x{mark}")
+    print(f"best: {winner}, {times['vendor'] / times[winner]:.1f}x faster than vendor")
+
+
+def _fit(args: argparse.Namespace) -> None:
+    rows = json.loads(Path(args.results).read_text())
+    if not isinstance(rows, list):
+        raise ValueError(f"{args.results}: expected a JSON list of pccl-bench rows")
+    base = machine.load(args.base) if args.base else None
+    name = args.name or Path(args.output).stem
+    profile, report = fit(rows, base, name=name)
+    print(format_report(report))
+    print(f"wrote {profile.save(args.output)}")
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    profile = machine.load(args.machine)
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    collectives = args.collective.split(",")
+    for c in collectives:
+        if c not in COLLECTIVES:
+            raise ValueError(f"unknown collective {c!r}; valid: {', '.join(COLLECTIVES)}")
+    points = sweep(profile, parse_gpus(args.gpus), sizes, collectives)
+    print(format_sweep(points))
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(p) for p in points], indent=1))
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot_sweep(points, args.plot, f"{profile.name}: best hierarchical vs flat vendor ring (model)")
+        print(f"wrote {args.plot}")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="pccl-sim", description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("predict", help="predicted time of every algorithm of one call")
+    p.add_argument("-c", "--collective", required=True, choices=COLLECTIVES)
+    p.add_argument("--bytes", required=True, type=parse_size, help="full buffer size, e.g. 1M")
+    p.add_argument("--gpus", required=True, type=int)
+    p.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    p.set_defaults(run=_predict)
+
+    f = sub.add_parser("fit", help="fit a machine profile to pccl-bench JSON results")
+    f.add_argument("results", help="pccl-bench JSON (a list of rows)")
+    f.add_argument("-o", "--output", required=True, help="where to write the profile (.yaml)")
+    f.add_argument("--name", help="profile name (default: the output file's stem)")
+    f.add_argument("--base", help="profile whose values are kept for parameters the rows cannot determine")
+    f.set_defaults(run=_fit)
+
+    s = sub.add_parser("sweep", help="vendor ring vs best hierarchical algorithm over GPU counts")
+    s.add_argument("--machine", required=True)
+    s.add_argument("--gpus", default="8..4096", help="A..B (powers of two) or a comma list")
+    s.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list (default {DEFAULT_SIZES})")
+    s.add_argument("-c", "--collective", default=",".join(COLLECTIVES))
+    s.add_argument("--json", help="write the points as JSON")
+    s.add_argument("--plot", help="write a speedup plot (PNG)")
+    s.set_defaults(run=_sweep)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"pccl-sim: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""Alpha-beta-gamma costs of every pccl algorithm, linear in the machine parameters.
+
+A cost is a :class:`Terms`: a coefficient per parameter of :data:`~pccl_torch.sim.machine.PARAMS`
+(``{"alpha_inter": 11, "beta_inter": 3.1e7, "gamma": ...}``), so the time on a machine is a dot product
+and the parameters can be fitted to measurements by linear least squares (``fit.py``).
+
+Formulas (Thakur, Rabenseifner and Gropp 2005; p ranks, n bytes of the full buffer, lg = log2):
+
+- all-gather: ring ``(p-1) a + (p-1)/p n b``; recursive doubling ``lg p a + (p-1)/p n b``;
+  Bruck ``ceil(lg p) a + (p-1)/p n b`` plus a local rotation of n bytes.
+- reduce-scatter: ring and pairwise ``(p-1) a + (p-1)/p n (b + g)``; recursive halving
+  ``lg p a + (p-1)/p n (b + g)``.
+- all-reduce: ring ``2(p-1) a + 2(p-1)/p n b + (p-1)/p n g``; Rabenseifner (recursive-halving RS, then
+  recursive-doubling AG) ``2 lg p a + 2(p-1)/p n b + (p-1)/p n g``; recursive doubling ``lg p (a + n b + n g)``.
+- Non-powers of two (recursive doubling/halving): the first ``2(p - q)`` ranks (``q = 2^floor(lg p)``) fold
+  in pairs and the power-of-two schedule runs on q virtual ranks over the whole buffer. AG adds a step with
+  n/p bytes (the extra rank's block) and a step with n (the result back); RS adds a step with n bytes and
+  a reduction of n, and a step returning n/p; AR recursive doubling adds two steps of n and a reduction of n.
+
+Each step is priced on a :class:`Link` chosen by where its two ranks are (:class:`Net`): MPI inside a
+node, MPI between nodes (with NIC sharing), the vendor library inside a node or across nodes. With uneven
+virtual blocks after a fold, a step is priced with the mean block, not the largest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from pccl_torch.algorithms import COLLECTIVES, Collective
+from pccl_torch.heuristic import _flat_choice
+from pccl_torch.plan import HIER_PREFIX
+from pccl_torch.sim.machine import PARAMS, MachineProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """A cost as coefficients of the machine parameters (seconds = ``sum(coef[k] * profile.k)``)."""
+
+    coef: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.coef) - set(PARAMS)
+        if unknown:
+            raise ValueError(f"unknown cost parameters {sorted(unknown)}; valid: {', '.join(PARAMS)}")
+
+    def __add__(self, other: "Terms") -> "Terms":
+        out = dict(self.coef)
+        for name, c in other.coef.items():
+            out[name] = out.get(name, 0.0) + c
+        return Terms(out)
+
+    def __mul__(self, k: float) -> "Terms":
+        return Terms({name: c * k for name, c in self.coef.items()})
+
+    __rmul__ = __mul__
+
+    def __getitem__(self, name: str) -> float:
+        return self.coef.get(name, 0.0)
+
+    def vector(self) -> np.ndarray:
+        """Coefficients in :data:`PARAMS` order (a row of the fit's design matrix)."""
+        return np.array([self[name] for name in PARAMS])
+
+    def time(self, profile: MachineProfile) -> float:
+        """Seconds on ``profile``."""
+        return sum(c * getattr(profile, name) for name, c in self.coef.items())
+
+
+def _total(terms: Iterator[Terms] | list[Terms]) -> Terms:
+    out = Terms()
+    for t in terms:
+        out = out + t
+    return out
+
+
+# ---- where a step runs --------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """The parameters one message step is priced with; ``share`` ranks contend for each NIC."""
+
+    alpha: str
+    beta: str
+    share: float = 1.0
+
+    def step(self, nbytes: float) -> Terms:
+        return Terms({self.alpha: 1.0, self.beta: nbytes * self.share})
+
+
+@dataclass(frozen=True, slots=True)
+class Net:
+    """The ranks one algorithm runs on: ``p`` ranks, ``local`` consecutive ones per node.
+
+    A step between partners at ring distance ``d`` is on the node when ``d < local`` (exact for the
+    power-of-two partners of recursive doubling/halving when ``local`` is a power of two; an
+    approximation otherwise), else it crosses nodes with every local rank sending at once (``far``).
+    A ring step (distance ``None``) across nodes is one stream per node boundary (``ring``).
+    """
+
+    p: int
+    local: int
+    near: Link
+    far: Link
+    ring: Link
+
+    def link(self, distance: int | None) -> Link:
+        if self.p <= self.local:
+            return self.near
+        if distance is None:
+            return self.ring
+        distance %= self.p
+        return self.near if min(distance, self.p - distance) < self.local else self.far
+
+    def step(self, distance: int | None, nbytes: float) -> Terms:
+        return self.link(distance).step(nbytes)
+
+    def native(self) -> "Net":
+        """The same links priced with the MPI library's own per-step latency (the ``mpi`` algorithm)."""
+        def swap(link: Link) -> Link:
+            return replace(link, alpha="alpha_mpi_native")
+        return replace(self, near=swap(self.near), far=swap(self.far), ring=swap(self.ring))
+
+
+def nic_share(local_size: int, nics_per_node: int) -> float:
+    """How many ranks share one NIC when all ``local_size`` ranks of a node send off-node (>= 1)."""
+    return max(1.0, local_size / nics_per_node)
+
+
+_MPI_INTRA = Link("alpha_intra", "beta_intra")
+_VENDOR_INTRA = Link("alpha_vendor_intra", "beta_vendor_intra")
+
+
+def flat_net(nodes: int, local_size: int, nics_per_node: int) -> Net:
+    """All ranks over MPI point-to-point (the flat family)."""
+    far = Link("alpha_inter", "beta_inter", nic_share(local_size, nics_per_node))
+    return Net(nodes * local_size, local_size, _MPI_INTRA, far, Link("alpha_inter", "beta_inter"))
+
+
+def inter_net(nodes: int, local_size: int, nics_per_node: int) -> Net:
+    """One rank per node (the hierarchical inter phase); all local ranks' phases run at once."""
+    far = Link("alpha_inter", "beta_inter", nic_share(local_size, nics_per_node))
+    return Net(nodes, 1, far, far, far)
+
+
+def vendor_intra_net(local_size: int) -> Net:
+    """The vendor library among the ranks of one node."""
+    return Net(local_size, local_size, _VENDOR_INTRA, _VENDOR_INTRA, _VENDOR_INTRA)
+
+
+def vendor_flat_net(nodes: int, local_size: int) -> Net:
+    """The vendor library over all ranks: a ring striped over every NIC (``beta_vendor_inter``)."""
+    across = Link("alpha_vendor_step", "beta_vendor_inter")
+    return Net(nodes * local_size, local_size, _VENDOR_INTRA, across, across)
+
+
+# ---- the algorithm family ------------------------------------------------------------------------------
+
+Formula = Callable[[Net, float], Terms]
+
+
+def _reduce(nbytes: float) -> Terms:
+    return Terms({"gamma": nbytes})
+
+
+def _copy(nbytes: float) -> Terms:
+    return Terms({"copy": nbytes})
+
+
+def _pof2(p: int) -> int:
+    return 1 << (p.bit_length() - 1)
+
+
+def _doubling(q: int) -> list[int]:
+    """Partner distances 1, 2, 4, ..., q/2 of recursive doubling on q (a power of two) ranks."""
+    return [1 << k for k in range(q.bit_length() - 1)]
+
+
+def ag_ring(net: Net, n: float) -> Terms:
+    """All-gather ring: ``(p-1)`` neighbour steps of one block ``n/p``."""
+    return net.step(None, n / net.p) * (net.p - 1)
+
+
+def ag_recursive_doubling(net: Net, n: float) -> Terms:
+    """All-gather recursive doubling: step k exchanges ``2^k`` blocks with the partner at distance ``2^k``."""
+    p, q = net.p, _pof2(net.p)
+    cost = _total(net.step(d, d * n / q) for d in _doubling(q))
+    if q < p:  # fold: the extra rank sends its block, then receives the whole result
+        cost = cost + net.step(1, n / p) + net.step(1, n)
+    return cost
+
+
+def ag_bruck(net: Net, n: float) -> Terms:
+    """All-gather Bruck: ``ceil(lg p)`` steps at distance ``2^k`` of ``min(2^k, p-2^k)`` blocks, then a
+    rotation of the whole buffer into rank order."""
+    p = net.p
+    if p == 1:
+        return Terms()
+    dists = [1 << k for k in range((p - 1).bit_length())]
+    return _total(net.step(d, min(d, p - d) * n / p) for d in dists) + _copy(n)
+
+
+def rs_ring(net: Net, n: float) -> Terms:
+    """Reduce-scatter ring: ``(p-1)`` neighbour steps of one block, each followed by its reduction."""
+    return (net.step(None, n / net.p) + _reduce(n / net.p)) * (net.p - 1)
+
+
+def rs_recursive_halving(net: Net, n: float) -> Terms:
+    """Reduce-scatter recursive halving: step k sends (and reduces) half of what is left to the partner at
+    distance ``q/2^(k+1)``."""
+    p, q = net.p, _pof2(net.p)
+    cost = _total(net.step(d, d * n / q) + _reduce(d * n / q) for d in _doubling(q))
+    if q < p:  # fold: the extra rank's whole buffer in (and reduced), its block back out
+        cost = cost + net.step(1, n) + _reduce(n) + net.step(1, n / p)
+    return cost
+
+
+def rs_pairwise(net: Net, n: float) -> Terms:
+    """Reduce-scatter pairwise: at step k send block ``r+k`` to rank ``r+k``, reduce the block from ``r-k``."""
+    p = net.p
+    links = Counter(net.link(k) for k in range(1, p))
+    return _total(link.step(n / p) * count for link, count in links.items()) + _reduce(n / p) * (p - 1)
+
+
+def ar_ring(net: Net, n: float) -> Terms:
+    """All-reduce ring: ring reduce-scatter then ring all-gather."""
+    return rs_ring(net, n) + ag_ring(net, n)
+
+
+def ar_rabenseifner(net: Net, n: float) -> Terms:
+    """All-reduce Rabenseifner: recursive-halving reduce-scatter then recursive-doubling all-gather."""
+    return rs_recursive_halving(net, n) + ag_recursive_doubling(net, n)
+
+
+def ar_recursive_doubling(net: Net, n: float) -> Terms:
+    """All-reduce recursive doubling: ``lg p`` steps exchanging and reducing the whole buffer."""
+    p, q = net.p, _pof2(net.p)
+    cost = _total(net.step(d, n) + _reduce(n) for d in _doubling(q))
+    if q < p:  # fold: the extra rank's buffer in (and reduced), the result back
+        cost = cost + net.step(1, n) + _reduce(n) + net.step(1, n)
+    return cost
+
+
+FAMILY: dict[Collective, dict[str, Formula]] = {
+    "all_gather": {"ring": ag_ring, "recursive_doubling": ag_recursive_doubling, "bruck": ag_bruck},
+    "reduce_scatter": {"ring": rs_ring, "recursive_halving": rs_recursive_halving, "pairwise": rs_pairwise},
+    "all_reduce": {"ring": ar_ring, "rabenseifner": ar_rabenseifner, "recursive_doubling": ar_recursive_doubling},
+}
+"""The hand-written schedules of each collective (the names of ``pccl_torch.plan.family``)."""
+
+VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": rs_ring, "all_reduce": ar_ring}
+"""What NCCL/RCCL run at scale: rings (for all-reduce too, although NCCL also has trees)."""
+
+
+def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
+    """The MPI library's own collective: MPICH's choice of schedule (``heuristic._flat_choice``) priced
+    with ``alpha_mpi_native`` per step and the MPI point-to-point bandwidths."""
+    return FAMILY[collective][_flat_choice(collective, int(n), net.p)](net.native(), n)
+
+
+# ---- names, compositions, predictions ------------------------------------------------------------------
+
+def _check(collective: str) -> Collective:
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+    return collective  # type: ignore[return-value]
+
+
+def algorithms(collective: str) -> list[str]:
+    """Every algorithm name of ``collective``, as ``pccl_torch.algorithms(collective)`` lists them."""
+    inner = list(FAMILY[_check(collective)])
+    return inner + ["mpi", "vendor"] + [HIER_PREFIX + name for name in inner + ["mpi"]]
+
+
+def hierarchical_phases(collective: str, inner: str, nbytes: float, nodes: int, local_size: int,
+                        nics_per_node: int) -> list[tuple[str, Terms]]:
+    """The phases of ``hier:<inner>`` in the order they run, as (label, cost) pairs.
+
+    AG: inter AG among the N local-rank peers on n/L bytes, intra vendor AG on n, unpack (copy n).
+    RS: pack (copy n), intra vendor RS on n, inter RS on n/L. AR: intra RS on n, inter AR on n/L, intra AG on n.
+    """
+    collective = _check(collective)
+    valid = list(FAMILY[collective]) + ["mpi"]
+    if inner not in valid:
+        raise ValueError(f"unknown {collective} algorithm {HIER_PREFIX + inner!r}; "
+                         f"valid: {', '.join(algorithms(collective))}")
+    net, intra, shard = inter_net(nodes, local_size, nics_per_node), vendor_intra_net(local_size), nbytes / local_size
+    if inner == "mpi":
+        inter = ("inter mpi", _mpi_native(collective, net, shard))
+    else:
+        inter = (f"inter {inner}", FAMILY[collective][inner](net, shard))
+    if collective == "all_gather":
+        return [inter, ("intra vendor all_gather", ag_ring(intra, nbytes)), ("unpack", _copy(nbytes))]
+    if collective == "reduce_scatter":
+        return [("pack", _copy(nbytes)), ("intra vendor reduce_scatter", rs_ring(intra, nbytes)), inter]
+    return [("intra vendor reduce_scatter", rs_ring(intra, nbytes)), inter,
+            ("intra vendor all_gather", ag_ring(intra, nbytes))]
+
+
+def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
+          nics_per_node: int) -> Terms:
+    """The cost of one call of ``algorithm`` on a full buffer of ``nbytes`` over ``nodes`` x ``local_size``
+    ranks, including the per-call ``overhead``."""
+    collective = _check(collective)
+    if nodes < 1 or local_size < 1 or nics_per_node < 1:
+        raise ValueError(f"nodes, local_size and nics_per_node must be >= 1, got {nodes}, {local_size}, "
+                         f"{nics_per_node}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    call = Terms({"overhead": 1.0})
+    if algorithm.startswith(HIER_PREFIX):
+        phases = hierarchical_phases(collective, algorithm[len(HIER_PREFIX):], nbytes, nodes, local_size,
+                                     nics_per_node)
+        return call + _total(cost for _, cost in phases)
+    if algorithm == "vendor":
+        return call + VENDOR[collective](vendor_flat_net(nodes, local_size), nbytes)
+    flat = flat_net(nodes, local_size, nics_per_node)
+    if algorithm == "mpi":
+        return call + _mpi_native(collective, flat, nbytes)
+    if algorithm in FAMILY[collective]:
+        return call + FAMILY[collective][algorithm](flat, nbytes)
+    raise ValueError(f"unknown {collective} algorithm {algorithm!r}; valid: {', '.join(algorithms(collective))}")
+
+
+def predict(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
+            profile: MachineProfile) -> float:
+    """Predicted seconds of one call on ``profile``."""
+    return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node).time(profile)
+
+
+def best(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,
+         candidates: list[str] | None = None) -> tuple[str, float]:
+    """The fastest of ``candidates`` (default: every algorithm) and its predicted seconds."""
+    names = candidates if candidates is not None else algorithms(collective)
+    if not names:
+        raise ValueError("no candidate algorithms")
+    times = {name: predict(collective, name, nbytes, nodes, local_size, profile) for name in names}
+    name = min(times, key=times.__getitem__)
+    return name, times[name]

@@ -1,0 +1,144 @@
+"""Fit a machine profile to pccl-bench measurements.
+
+Every cost is linear in the parameters (``costs.Terms``), so each measured row gives one equation
+``terms(row) . params = time``. Rows are divided by their measured time, so the least-squares fit
+minimises the *relative* error (small messages count as much as large ones), and the parameters are
+kept non-negative (``scipy.optimize.nnls``). A parameter that no row depends on (an all-zero column:
+e.g. ``alpha_vendor_step`` when every row ran on one node) keeps the base profile's value, or 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from pccl_torch.sim.costs import Terms, terms
+from pccl_torch.sim.machine import PARAMS, MachineProfile
+
+BASELINES = {"gloo": "vendor", "nccl": "vendor", "rccl": "vendor", "mpi": "mpi"}
+"""pccl-bench baseline backends and the pccl algorithm each one is modelled as."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One usable measurement: what ran, where, and its median time in seconds."""
+
+    collective: str
+    algorithm: str
+    nbytes: int
+    nodes: int
+    local_size: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class AlgorithmError:
+    """Relative prediction errors |pred - meas| / meas of one (collective, algorithm)."""
+
+    collective: str
+    algorithm: str
+    count: int
+    median: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class FitReport:
+    """How well the fitted profile reproduces the rows it was fitted on."""
+
+    per_algorithm: list[AlgorithmError]
+    count: int
+    median: float
+    max: float
+    fitted: tuple[str, ...]
+    """Parameters determined by the rows."""
+    kept: tuple[str, ...]
+    """Parameters no row depends on, kept from the base profile (or 0)."""
+
+
+def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
+    """The rows ``fit`` uses: pccl rows as run, baselines as their pccl equivalent; rows with wrong
+    results are dropped."""
+    out = []
+    for row in rows:
+        backend = row["backend"]
+        if backend == "pccl":
+            algorithm = row["algorithm"]
+        elif backend in BASELINES:
+            algorithm = BASELINES[backend]
+        else:
+            continue
+        if row.get("wrong"):
+            continue
+        out.append(Sample(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
+                          int(row["local_size"]), float(row["time_us"]) * 1e-6))
+    return out
+
+
+def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *,
+        name: str = "fitted") -> tuple[MachineProfile, FitReport]:
+    """Fit every parameter the rows determine; returns the profile and its error report.
+
+    ``ranks_per_node`` is the rows' most common ``local_size``; ``nics_per_node`` is the base profile's,
+    or ``ranks_per_node`` without one (no NIC contention: emulated nodes share memory, not NICs).
+    """
+    rows = list(rows)
+    data = samples(rows)
+    if not data:
+        raise ValueError("no usable rows: fit needs pccl-bench rows of backend 'pccl', "
+                         f"{', '.join(repr(b) for b in BASELINES)} with wrong == 0")
+    ranks_per_node = Counter(s.local_size for s in data).most_common(1)[0][0]
+    nics = base.nics_per_node if base else ranks_per_node
+    design = np.array([_terms(s, nics).vector() for s in data])
+    measured = np.array([s.seconds for s in data])
+    if np.any(measured <= 0):
+        raise ValueError("every row needs time_us > 0")
+    weighted = design / measured[:, None]  # relative error: each equation scaled to 1
+    norms = np.linalg.norm(weighted, axis=0)
+    active = norms > 0
+    scaled, _ = nnls(weighted[:, active] / norms[active], np.ones(len(data)))
+    values = {p: (getattr(base, p) if base else 0.0) for p in PARAMS}
+    values.update(zip(np.array(PARAMS)[active], scaled / norms[active]))
+    fitted = tuple(p for p, a in zip(PARAMS, active) if a)
+    kept = tuple(p for p, a in zip(PARAMS, active) if not a)
+    hosts = ", ".join(sorted({str(r.get("hostname")) for r in rows if r.get("hostname")})) or "unknown host"
+    sources = {p: f"fitted by pccl-sim to {len(data)} pccl-bench rows ({hosts})" for p in fitted}
+    sources.update({p: f"no row depends on it: kept from {base.name}" if base else "no row depends on it: 0"
+                    for p in kept})
+    profile = MachineProfile(name=name, ranks_per_node=ranks_per_node, nics_per_node=nics,
+                             sources=sources, **{p: float(values[p]) for p in PARAMS})
+    return profile, report(data, profile, fitted, kept)
+
+
+def _terms(s: Sample, nics: int) -> Terms:
+    return terms(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, nics)
+
+
+def report(data: list[Sample], profile: MachineProfile, fitted: tuple[str, ...] = PARAMS,
+           kept: tuple[str, ...] = ()) -> FitReport:
+    """Relative errors of ``profile``'s predictions on ``data``, per (collective, algorithm) and overall."""
+    errors: dict[tuple[str, str], list[float]] = {}
+    for s in data:
+        pred = _terms(s, profile.nics_per_node).time(profile)
+        errors.setdefault((s.collective, s.algorithm), []).append(abs(pred - s.seconds) / s.seconds)
+    per = [AlgorithmError(c, a, len(e), statistics.median(e), max(e)) for (c, a), e in errors.items()]
+    every = [x for e in errors.values() for x in e]
+    return FitReport(per, len(every), statistics.median(every), max(every), fitted, kept)
+
+
+def format_report(rep: FitReport) -> str:
+    """The report as a table: rows, median and max relative error per algorithm, then overall."""
+    lines = [f"{'collective':<16}{'algorithm':<26}{'rows':>6}{'median err':>12}{'max err':>10}"]
+    for e in sorted(rep.per_algorithm, key=lambda e: (e.collective, e.algorithm)):
+        lines.append(f"{e.collective:<16}{e.algorithm:<26}{e.count:>6}{e.median:>12.1%}{e.max:>10.1%}")
+    lines.append(f"{'overall':<42}{rep.count:>6}{rep.median:>12.1%}{rep.max:>10.1%}")
+    lines.append(f"fitted: {', '.join(rep.fitted) or 'none'}")
+    if rep.kept:
+        lines.append(f"kept (no row depends on them): {', '.join(rep.kept)}")
+    return "\n".join(lines)

@@ -1,0 +1,194 @@
+"""Machine profiles: the alpha-beta-gamma parameters of one machine, and their YAML form.
+
+Inside the library every parameter is in SI units (seconds, seconds per byte), so a cost is a plain
+dot product (``costs.Terms.time``). The YAML files in ``configs/machines/`` use the units people quote:
+latencies in microseconds (``*_us``) and bandwidths in GB/s = 1e9 bytes per second (``*_GBps``,
+bytes, not bits: a 200 Gb/s Slingshot NIC is 25 GBps). A bandwidth of ``.inf`` is a beta of 0.
+Every number should carry its source, as a YAML comment and in the ``sources`` mapping (the comments
+are lost when a profile is saved; the mapping is kept).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import pccl_torch
+
+MACHINES_DIR_ENV = "PCCL_MACHINES_DIR"
+
+PARAMS: tuple[str, ...] = (
+    "alpha_intra", "beta_intra", "alpha_inter", "beta_inter",
+    "alpha_vendor_intra", "beta_vendor_intra", "alpha_vendor_step", "beta_vendor_inter",
+    "alpha_mpi_native", "gamma", "copy", "overhead",
+)
+"""The fitted parameters, in the order of the fit's design matrix (every cost is linear in these)."""
+
+# parameter -> (YAML key, unit): "us" stores seconds as microseconds, "GBps" stores s/byte as GB/s.
+_YAML_KEYS: dict[str, tuple[str, str]] = {
+    "alpha_intra": ("alpha_intra_us", "us"),
+    "beta_intra": ("bw_intra_GBps", "GBps"),
+    "alpha_inter": ("alpha_inter_us", "us"),
+    "beta_inter": ("bw_inter_GBps", "GBps"),
+    "alpha_vendor_intra": ("alpha_vendor_intra_us", "us"),
+    "beta_vendor_intra": ("bw_vendor_intra_GBps", "GBps"),
+    "alpha_vendor_step": ("alpha_vendor_step_us", "us"),
+    "beta_vendor_inter": ("bw_vendor_inter_GBps", "GBps"),
+    "alpha_mpi_native": ("alpha_mpi_native_us", "us"),
+    "gamma": ("reduce_GBps", "GBps"),
+    "copy": ("copy_GBps", "GBps"),
+    "overhead": ("overhead_us", "us"),
+}
+
+
+@dataclass(kw_only=True, slots=True)
+class MachineProfile:
+    """Alpha-beta-gamma parameters of one machine (seconds and seconds per byte)."""
+
+    name: str
+    """Short name, the file stem in ``configs/machines/``."""
+    ranks_per_node: int
+    """Ranks (GPUs, GCDs) per node: L of the hierarchical compositions."""
+    nics_per_node: int
+    """Network interfaces per node; more ranks than NICs sending off-node at once share them."""
+    alpha_intra: float
+    """Latency of one MPI point-to-point message between two ranks of a node."""
+    beta_intra: float
+    """Seconds per byte of an MPI message between two ranks of a node (1 / pair bandwidth)."""
+    alpha_inter: float
+    """Latency of one MPI point-to-point message between nodes."""
+    beta_inter: float
+    """Seconds per byte between nodes for one rank that has a NIC to itself (1 / NIC bandwidth)."""
+    alpha_vendor_intra: float
+    """Latency of one step of the vendor library's (NCCL/RCCL/gloo) ring inside a node."""
+    beta_vendor_intra: float
+    """Seconds per byte of the vendor ring inside a node (1 / its effective bus bandwidth)."""
+    alpha_vendor_step: float
+    """Latency of one step of the vendor ring across nodes: ring collectives cost (p-1) of these."""
+    beta_vendor_inter: float
+    """Seconds per byte of the vendor ring across nodes. Vendor libraries stripe a ring over several
+    channels, one per NIC, so this is 1 / the node's aggregate NIC bandwidth, not one NIC's."""
+    alpha_mpi_native: float
+    """Per-step latency of the MPI library's own collectives (``mpi``), which use its p2p bandwidths."""
+    gamma: float
+    """Seconds per byte reduced (a local reduction reads two operands and writes one)."""
+    copy: float
+    """Seconds per byte of a local copy or permutation (pack, unpack, Bruck's rotation)."""
+    overhead: float
+    """Constant cost of one call (Python dispatch, stream synchronisation)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each number comes from, keyed by field name."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("name must be a non-empty string.")
+        for count in ("ranks_per_node", "nics_per_node"):
+            value = getattr(self, count)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{count} must be an integer of at least 1, got {value!r}.")
+        for param in PARAMS:
+            value = getattr(self, param)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
+                raise ValueError(f"{param} must be a finite number >= 0, got {value!r}.")
+            setattr(self, param, float(value))
+        unknown = set(self.sources) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"sources name unknown fields {sorted(unknown)}; valid: {', '.join(PARAMS)}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MachineProfile":
+        """A profile from its YAML mapping (human units); unknown or missing keys raise."""
+        data = dict(data)
+        values: dict[str, Any] = {}
+        for param, (key, unit) in _YAML_KEYS.items():
+            if key not in data:
+                raise ValueError(f"machine profile lacks {key!r}")
+            values[param] = _from_human(data.pop(key), unit, key)
+        for key in ("name", "ranks_per_node", "nics_per_node"):
+            if key not in data:
+                raise ValueError(f"machine profile lacks {key!r}")
+            values[key] = data.pop(key)
+        values["sources"] = {_field_of(k): str(v) for k, v in (data.pop("sources", None) or {}).items()}
+        if data:
+            raise TypeError(f"unexpected argument {next(iter(data))!r} in machine profile")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML mapping (human units), the inverse of :meth:`from_dict`."""
+        out: dict[str, Any] = {"name": self.name, "ranks_per_node": self.ranks_per_node,
+                               "nics_per_node": self.nics_per_node}
+        for param, (key, unit) in _YAML_KEYS.items():
+            out[key] = _to_human(getattr(self, param), unit)
+        if self.sources:
+            out["sources"] = {_YAML_KEYS.get(k, (k,))[0]: v for k, v in self.sources.items()}
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the profile as YAML (``yaml.safe_dump``); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# pccl-sim machine profile: latencies in us, bandwidths in GB/s (1e9 bytes/s)\n"
+                        + yaml.safe_dump(self.to_dict(), sort_keys=False))
+        return path
+
+
+def _to_human(value: float, unit: str) -> float:
+    if unit == "us":
+        return value * 1e6
+    return math.inf if value == 0 else 1e-9 / value
+
+
+def _from_human(value: Any, unit: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key} must be a number, got {value!r}")
+    if unit == "us":
+        return value * 1e-6
+    if value <= 0:
+        raise ValueError(f"{key} must be a bandwidth > 0 GB/s (.inf for free), got {value!r}")
+    return 1e-9 / value
+
+
+def _field_of(key: str) -> str:
+    """Field name of a ``sources`` key, which may be written as the YAML key or the field name."""
+    for param, (yaml_key, _) in _YAML_KEYS.items():
+        if key == yaml_key:
+            return param
+    return key
+
+
+def search_dirs() -> list[Path]:
+    """Where profile names are looked up: ``$PCCL_MACHINES_DIR`` (if set), then the repository's."""
+    dirs = [Path(os.environ[MACHINES_DIR_ENV])] if os.environ.get(MACHINES_DIR_ENV) else []
+    return dirs + [Path(pccl_torch.__file__).resolve().parents[1] / "configs" / "machines"]
+
+
+def available() -> list[str]:
+    """Names of the profiles found in :func:`search_dirs`."""
+    return sorted({p.stem for d in search_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def load(name_or_path: str | os.PathLike[str]) -> MachineProfile:
+    """The profile at a path (anything ending in .yaml/.yml or containing a separator), or by name."""
+    text = str(name_or_path)
+    if text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text:
+        path = Path(text)
+        if not path.is_file():
+            raise FileNotFoundError(f"no machine profile at {path}")
+    else:
+        path = next((d / f"{text}.yaml" for d in search_dirs() if (d / f"{text}.yaml").is_file()), None)
+        if path is None:
+            where = ", ".join(str(d) for d in search_dirs())
+            raise ValueError(f"unknown machine {text!r}; available: {', '.join(available()) or 'none'} "
+                             f"(searched {where}; set ${MACHINES_DIR_ENV} or pass a .yaml path)")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a machine profile must be a YAML mapping")
+    try:
+        return MachineProfile.from_dict(data)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{path}: {err}") from None

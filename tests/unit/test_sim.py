@@ -1,0 +1,337 @@
+"""pccl-sim: cost formulas against their closed forms, hierarchical compositions, the fit, machine
+profiles and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+import pccl_torch
+from pccl_torch.sim import PARAMS, MachineProfile, algorithms, fit, format_report, load, predict, terms
+from pccl_torch.sim import costs, machine
+from pccl_torch.sim.cli import main, parse_gpus, sweep
+from pccl_torch.sim.fit import report, samples
+
+N = 3 << 20  # bytes of the full buffer
+MACHINES = Path(pccl_torch.__file__).resolve().parents[1] / "configs" / "machines"
+
+
+def coef(t: costs.Terms) -> dict[str, float]:
+    return {k: v for k, v in t.coef.items() if v}
+
+
+def assert_terms(t: costs.Terms, expected: dict[str, float]) -> None:
+    got = coef(t)
+    assert set(got) == {k for k, v in expected.items() if v}, (got, expected)
+    for k, v in expected.items():
+        assert got.get(k, 0.0) == pytest.approx(v, rel=1e-12), k
+
+
+def closed_form(collective: str, algorithm: str, p: int, n: float, a: str, b: str) -> dict[str, float]:
+    """DESIGN.md's costs for p a power of two, plus Bruck's rotation and the per-call overhead."""
+    lg, share = math.log2(p), (p - 1) / p
+    forms = {
+        ("all_gather", "ring"): {a: p - 1, b: share * n},
+        ("all_gather", "recursive_doubling"): {a: lg, b: share * n},
+        ("all_gather", "bruck"): {a: math.ceil(lg), b: share * n, "copy": n},
+        ("reduce_scatter", "ring"): {a: p - 1, b: share * n, "gamma": share * n},
+        ("reduce_scatter", "pairwise"): {a: p - 1, b: share * n, "gamma": share * n},
+        ("reduce_scatter", "recursive_halving"): {a: lg, b: share * n, "gamma": share * n},
+        ("all_reduce", "ring"): {a: 2 * (p - 1), b: 2 * share * n, "gamma": share * n},
+        ("all_reduce", "rabenseifner"): {a: 2 * lg, b: 2 * share * n, "gamma": share * n},
+        ("all_reduce", "recursive_doubling"): {a: lg, b: lg * n, "gamma": lg * n},
+    }
+    return {**forms[(collective, algorithm)], "overhead": 1.0}
+
+
+FLAT = [(c, a) for c in costs.FAMILY for a in costs.FAMILY[c]]
+
+
+# ---- flat formulas -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("collective,algorithm", FLAT)
+def test_flat_single_node_matches_closed_form(collective, algorithm, p):
+    assert_terms(terms(collective, algorithm, N, 1, p, 1),
+                 closed_form(collective, algorithm, p, N, "alpha_intra", "beta_intra"))
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("collective,algorithm", FLAT)
+def test_flat_one_rank_per_node_matches_closed_form(collective, algorithm, p):
+    assert_terms(terms(collective, algorithm, N, p, 1, 1),
+                 closed_form(collective, algorithm, p, N, "alpha_inter", "beta_inter"))
+
+
+@pytest.mark.parametrize("p", [3, 5, 6])
+def test_fold_adds_two_steps(p):
+    q = 1 << (p.bit_length() - 1)
+    lg, a, b = math.log2(q), "alpha_intra", "beta_intra"
+    base = {"overhead": 1.0}
+    assert_terms(terms("all_gather", "recursive_doubling", N, 1, p, 1),
+                 {**base, a: lg + 2, b: (q - 1) / q * N + N / p + N})
+    assert_terms(terms("reduce_scatter", "recursive_halving", N, 1, p, 1),
+                 {**base, a: lg + 2, b: (q - 1) / q * N + N + N / p, "gamma": (q - 1) / q * N + N})
+    assert_terms(terms("all_reduce", "recursive_doubling", N, 1, p, 1),
+                 {**base, a: lg + 2, b: lg * N + 2 * N, "gamma": (lg + 1) * N})
+    rab = terms("all_reduce", "rabenseifner", N, 1, p, 1)  # each half folds on its own
+    halves = terms("reduce_scatter", "recursive_halving", N, 1, p, 1) + terms("all_gather", "recursive_doubling", N, 1, p, 1)
+    assert_terms(rab, {**coef(halves), "overhead": 1.0})
+
+
+@pytest.mark.parametrize("p", [3, 5, 6])
+def test_ring_pairwise_bruck_need_no_fold(p):
+    share, a, b = (p - 1) / p, "alpha_intra", "beta_intra"
+    assert_terms(terms("all_gather", "bruck", N, 1, p, 1),
+                 {"overhead": 1, a: math.ceil(math.log2(p)), b: share * N, "copy": N})
+    for collective, algorithm in [("reduce_scatter", "ring"), ("reduce_scatter", "pairwise")]:
+        assert_terms(terms(collective, algorithm, N, 1, p, 1),
+                     {"overhead": 1, a: p - 1, b: share * N, "gamma": share * N})
+
+
+def test_flat_links_by_distance_and_nic_sharing():
+    # 4 nodes x 4 ranks, 2 NICs: distances 1, 2 stay on the node; 4, 8 cross it with 2 ranks per NIC.
+    t = terms("all_gather", "recursive_doubling", N, 4, 4, 2)
+    assert_terms(t, {"overhead": 1, "alpha_intra": 2, "beta_intra": 3 * N / 16,
+                     "alpha_inter": 2, "beta_inter": 2 * 12 * N / 16})
+    # A flat ring across nodes: every step at the speed of one stream over the node boundary.
+    assert_terms(terms("all_gather", "ring", N, 4, 4, 2),
+                 {"overhead": 1, "alpha_inter": 15, "beta_inter": 15 * N / 16})
+    # The vendor ring stripes over the NICs: its own per-step latency and aggregate bandwidth.
+    assert_terms(terms("reduce_scatter", "vendor", N, 4, 4, 2),
+                 {"overhead": 1, "alpha_vendor_step": 15, "beta_vendor_inter": 15 * N / 16,
+                  "gamma": 15 * N / 16})
+    assert_terms(terms("all_reduce", "vendor", N, 1, 4, 2),
+                 {"overhead": 1, "alpha_vendor_intra": 6, "beta_vendor_intra": 1.5 * N, "gamma": 0.75 * N})
+
+
+def test_nic_share():
+    assert costs.nic_share(8, 4) == 2
+    assert costs.nic_share(4, 4) == 1
+    assert costs.nic_share(2, 4) == 1  # never below one
+
+
+def test_mpi_is_mpich_choice_with_its_own_latency():
+    # 1 KiB all-gather on 8 ranks: MPICH picks Bruck.
+    assert_terms(terms("all_gather", "mpi", 1024, 1, 8, 1),
+                 {"overhead": 1, "alpha_mpi_native": 3, "beta_intra": 7 / 8 * 1024, "copy": 1024})
+    big = coef(terms("reduce_scatter", "mpi", 64 << 20, 4, 2, 2))  # pairwise, no fold
+    assert big["alpha_mpi_native"] == 7 and "alpha_inter" not in big and "alpha_intra" not in big
+
+
+# ---- hierarchical -------------------------------------------------------------------------------------
+
+def test_hierarchical_closed_forms():
+    # 4 nodes x 2 ranks, 1 NIC: the inter phase moves n/2 with 2 ranks on the NIC.
+    inter = {"alpha_inter": 3, "beta_inter": 3 / 4 * N / 2 * 2}
+    ag_intra = {"alpha_vendor_intra": 1, "beta_vendor_intra": N / 2}
+    assert_terms(terms("all_gather", "hier:ring", N, 4, 2, 1), {"overhead": 1, **inter, **ag_intra, "copy": N})
+    assert_terms(terms("reduce_scatter", "hier:ring", N, 4, 2, 1),
+                 {"overhead": 1, "copy": N, **{k: 2 * v for k, v in ag_intra.items()} | {"alpha_vendor_intra": 1},
+                  "beta_vendor_intra": N / 2, **inter, "gamma": N / 2 + 3 / 4 * N / 2}
+                 | {"beta_vendor_intra": N / 2})
+    ar = terms("all_reduce", "hier:rabenseifner", N, 4, 2, 1)
+    assert_terms(ar, {"overhead": 1, "alpha_vendor_intra": 2, "beta_vendor_intra": N,
+                      "alpha_inter": 4, "beta_inter": 2 * 3 / 4 * N / 2 * 2, "gamma": N / 2 + 3 / 4 * N / 2})
+
+
+@pytest.mark.parametrize("collective", list(costs.FAMILY))
+def test_hierarchical_is_sum_of_phases(collective):
+    for name in algorithms(collective):
+        if not name.startswith("hier:"):
+            continue
+        for nodes, local, nics in [(1, 4, 4), (4, 1, 1), (5, 4, 2), (8, 8, 4)]:
+            phases = costs.hierarchical_phases(collective, name[5:], N, nodes, local, nics)
+            assert len(phases) == 3
+            total = sum((t for _, t in phases), costs.Terms({"overhead": 1.0}))
+            assert_terms(terms(collective, name, N, nodes, local, nics), coef(total))
+    # Fewer NICs than ranks: only the inter phase's bytes grow, by L / nics.
+    one, four = (terms(collective, "hier:ring", N, 4, 8, k) for k in (8, 2))
+    assert four["beta_inter"] == pytest.approx(4 * one["beta_inter"])
+    assert four["beta_vendor_intra"] == one["beta_vendor_intra"]
+
+
+def test_hier_mpi_uses_native_latency_between_nodes():
+    t = coef(terms("all_reduce", "hier:mpi", N, 4, 2, 2))
+    assert t["alpha_mpi_native"] > 0 and "alpha_inter" not in t and t["beta_inter"] > 0
+
+
+# ---- names and errors ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("collective", list(costs.FAMILY))
+def test_names_match_pccl(collective):
+    assert algorithms(collective) == pccl_torch.algorithms(collective)
+
+
+def test_unknown_names_list_valid_ones():
+    with pytest.raises(ValueError, match=r"valid: ring, recursive_doubling, bruck, mpi, vendor, hier:ring"):
+        terms("all_gather", "tree", N, 2, 2, 1)
+    with pytest.raises(ValueError, match="valid: .*hier:pairwise"):
+        terms("reduce_scatter", "hier:vendor", N, 2, 2, 1)
+    with pytest.raises(ValueError, match="valid: all_gather, reduce_scatter, all_reduce"):
+        algorithms("broadcast")
+    with pytest.raises(ValueError, match="available: .*frontier.*perlmutter"):
+        load("summit")
+
+
+# ---- fit ----------------------------------------------------------------------------------------------
+
+TRUTH = MachineProfile(
+    name="truth", ranks_per_node=2, nics_per_node=2,
+    alpha_intra=3e-6, beta_intra=1 / 20e9, alpha_inter=12e-6, beta_inter=1 / 5e9,
+    alpha_vendor_intra=40e-6, beta_vendor_intra=1 / 8e9, alpha_vendor_step=90e-6, beta_vendor_inter=1 / 4e9,
+    alpha_mpi_native=6e-6, gamma=1 / 3e9, copy=1 / 6e9, overhead=30e-6,
+)
+
+
+def synthetic_rows(profile: MachineProfile, noise: float = 0.0, layouts=((1, 2), (2, 2), (3, 2), (4, 2), (4, 1)),
+                   seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for collective in costs.FAMILY:
+        for name in algorithms(collective):
+            backend, algorithm = {"vendor": ("gloo", "native"), "mpi": ("mpi", "native")}.get(name, ("pccl", name))
+            for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20):
+                for nodes, local in layouts:
+                    t = predict(collective, name, nbytes, nodes, local, profile) * (1 + noise * rng.standard_normal())
+                    rows.append({"collective": collective, "backend": backend, "algorithm": algorithm,
+                                 "size_bytes": nbytes, "count": nbytes // 4, "dtype": "float32",
+                                 "time_us": t * 1e6, "algbw_gbps": 0.0, "busbw_gbps": 0.0, "wrong": 0,
+                                 "ranks": nodes * local, "local_size": local, "nodes": nodes,
+                                 "hostname": "synthetic", "versions": {}})
+    return rows
+
+
+def test_fit_recovers_exact_parameters():
+    profile, rep = fit(synthetic_rows(TRUTH), name="local")
+    assert (profile.name, profile.ranks_per_node, profile.nics_per_node) == ("local", 2, 2)
+    for p in PARAMS:
+        assert getattr(profile, p) == pytest.approx(getattr(TRUTH, p), rel=1e-6), p
+    assert rep.max < 1e-6 and rep.kept == () and set(rep.fitted) == set(PARAMS)
+    assert {(e.collective, e.algorithm) for e in rep.per_algorithm} == {
+        (c, a) for c in costs.FAMILY for a in algorithms(c)}
+
+
+def test_fit_with_noise_predicts_within_noise():
+    profile, rep = fit(synthetic_rows(TRUTH, noise=0.05, seed=1))
+    assert 0.01 < rep.median < 0.06  # the fit cannot explain the noise, and explains everything else
+    clean = samples(synthetic_rows(TRUTH))
+    assert report(clean, profile).median < 0.03
+    for p in ("alpha_inter", "beta_inter", "alpha_vendor_step", "beta_vendor_inter", "overhead"):
+        assert getattr(profile, p) == pytest.approx(getattr(TRUTH, p), rel=0.25), p
+
+
+def test_fit_keeps_base_values_nothing_depends_on():
+    base = dataclasses.replace(TRUTH, name="base", alpha_inter=1e-3, beta_inter=1e-9, alpha_vendor_step=2e-3)
+    profile, rep = fit(synthetic_rows(TRUTH, layouts=((1, 2),)), base)
+    assert set(rep.kept) == {"alpha_inter", "beta_inter", "alpha_vendor_step", "beta_vendor_inter"}
+    assert (profile.alpha_inter, profile.alpha_vendor_step) == (1e-3, 2e-3)
+    assert profile.sources["alpha_inter"] == "no row depends on it: kept from base"
+    assert profile.alpha_intra == pytest.approx(TRUTH.alpha_intra, rel=1e-6)
+    assert "kept (no row depends on them): alpha_inter" in format_report(rep)
+
+
+def test_fit_row_selection_and_report():
+    rows = synthetic_rows(TRUTH, layouts=((2, 2),))
+    rows.append({**rows[0], "backend": "nothing", "time_us": 1.0})  # ignored: not a known backend
+    rows.append({**rows[0], "wrong": 3, "time_us": 1.0})  # ignored: wrong results
+    used = samples(rows)
+    assert len(used) == len(rows) - 2
+    assert {s.algorithm for s in used if s.collective == "all_gather"} >= {"vendor", "mpi", "hier:bruck"}
+    slow = [dataclasses.replace(s, seconds=s.seconds * 1.25) for s in used]
+    rep = report(slow, TRUTH)
+    assert rep.median == pytest.approx(0.2) and rep.max == pytest.approx(0.2)
+    table = format_report(rep)
+    assert re.search(r"all_reduce\s+hier:rabenseifner\s+4\s+20\.0%\s+20\.0%", table)
+    assert re.search(r"overall\s+\d+\s+20\.0%\s+20\.0%", table)
+    with pytest.raises(ValueError, match="no usable rows"):
+        fit([{**rows[0], "backend": "nothing"}])
+
+
+# ---- profiles -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["frontier", "perlmutter"])
+def test_profiles_load_and_cite_every_number(name):
+    profile = load(name)
+    assert profile.nics_per_node == 4 and profile.ranks_per_node == {"frontier": 8, "perlmutter": 4}[name]
+    text = (MACHINES / f"{name}.yaml").read_text()
+    for line in text.splitlines():
+        if re.match(r"^\w+:\s*[\d.]+", line):
+            assert "#" in line and len(line.split("#", 1)[1].strip()) > 10, line
+    data = yaml.safe_load(text)
+    assert set(data["sources"]) == set(data) - {"name", "sources"}
+
+
+def test_profile_round_trip(tmp_path):
+    profile = load("frontier")
+    again = load(profile.save(tmp_path / "copy.yaml"))
+    for f in dataclasses.fields(MachineProfile):
+        value = getattr(profile, f.name)
+        assert getattr(again, f.name) == (pytest.approx(value, rel=1e-12) if isinstance(value, float) else value)
+    zero = dataclasses.replace(profile, beta_intra=0.0)  # free bandwidth: .inf in YAML
+    assert load(zero.save(tmp_path / "zero.yaml")).beta_intra == 0.0
+
+
+def test_profile_lookup_in_machines_dir(tmp_path, monkeypatch):
+    dataclasses.replace(TRUTH, name="mini").save(tmp_path / "mini.yaml")
+    monkeypatch.setenv(machine.MACHINES_DIR_ENV, str(tmp_path))
+    assert load("mini").alpha_inter == pytest.approx(TRUTH.alpha_inter)
+    assert {"mini", "frontier"} <= set(machine.available())
+
+
+def test_profile_validation(tmp_path):
+    good = TRUTH.to_dict()
+    with pytest.raises(ValueError, match="alpha_inter must be a finite number >= 0"):
+        dataclasses.replace(TRUTH, alpha_inter=-1.0)
+    with pytest.raises(ValueError, match="ranks_per_node must be an integer of at least 1"):
+        dataclasses.replace(TRUTH, ranks_per_node=0)
+    with pytest.raises(TypeError, match="unexpected argument 'alpha_typo_us'"):
+        MachineProfile.from_dict({**good, "alpha_typo_us": 1.0})
+    with pytest.raises(ValueError, match="lacks 'bw_inter_GBps'"):
+        MachineProfile.from_dict({k: v for k, v in good.items() if k != "bw_inter_GBps"})
+    with pytest.raises(ValueError, match="bw_intra_GBps must be a bandwidth > 0"):
+        MachineProfile.from_dict({**good, "bw_intra_GBps": 0})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**good, "nics_per_node": 0}))
+    with pytest.raises(ValueError, match=r"bad\.yaml: nics_per_node"):
+        load(bad)
+
+
+# ---- sweep and CLI ------------------------------------------------------------------------------------
+
+def test_parse_gpus():
+    assert parse_gpus("8..4096") == [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    assert parse_gpus("6..20") == [8, 16]
+    assert parse_gpus("8,96") == [8, 96]
+
+
+def test_frontier_sweep_hierarchical_wins_at_scale():
+    gpus = parse_gpus("8..2048")
+    points = sweep(load("frontier"), gpus, [64 << 20], ["reduce_scatter", "all_gather"])
+    for collective in ("reduce_scatter", "all_gather"):
+        speedups = [p.speedup for p in points if p.collective == collective]
+        assert speedups[-1] > 10, (collective, speedups)
+        assert all(a < b for a, b in zip(speedups, speedups[1:])), (collective, speedups)
+
+
+def test_cli(tmp_path, capsys):
+    assert main(["predict", "-c", "all_reduce", "--bytes", "1M", "--gpus", "2048", "--machine", "frontier"]) == 0
+    out = capsys.readouterr().out
+    assert "256 nodes x 8" in out and "hier:rabenseifner" in out and "best:" in out
+    assert main(["sweep", "--machine", "frontier", "--gpus", "8..64", "--sizes", "1M", "-c", "all_gather",
+                 "--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png")]) == 0
+    assert len(json.loads((tmp_path / "s.json").read_text())) == 4 and (tmp_path / "s.png").stat().st_size > 0
+    (tmp_path / "rows.json").write_text(json.dumps(synthetic_rows(TRUTH)))
+    assert main(["fit", str(tmp_path / "rows.json"), "-o", str(tmp_path / "local-cpu.yaml")]) == 0
+    assert "overall" in capsys.readouterr().out
+    assert load(tmp_path / "local-cpu.yaml").name == "local-cpu"
+    assert main(["predict", "-c", "all_gather", "--bytes", "1M", "--gpus", "12", "--machine", "frontier"]) == 2
+    assert main(["sweep", "--machine", "nowhere"]) == 2
+    assert "available: frontier, perlmutter" in capsys.readouterr().err
