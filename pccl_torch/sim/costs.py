@@ -25,7 +25,7 @@ virtual blocks after a fold, a step is priced with the mean block, not the large
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -70,7 +70,7 @@ class Terms:
         return sum(c * getattr(profile, name) for name, c in self.coef.items())
 
 
-def _total(terms: Iterator[Terms] | list[Terms]) -> Terms:
+def _total(terms: Iterable[Terms]) -> Terms:
     out = Terms()
     for t in terms:
         out = out + t

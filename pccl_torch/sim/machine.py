@@ -138,9 +138,10 @@ class MachineProfile:
 
 
 def _to_human(value: float, unit: str) -> float:
-    if unit == "us":
-        return value * 1e6
-    return math.inf if value == 0 else 1e-9 / value
+    """Seconds -> us, s/byte -> GB/s, to 9 significant digits (so 3e-6 s is written 3.0, not 2.9999...)."""
+    if unit == "GBps" and value == 0:
+        return math.inf
+    return float(f"{value * 1e6 if unit == 'us' else 1e-9 / value:.9g}")
 
 
 def _from_human(value: Any, unit: str, key: str) -> float:
