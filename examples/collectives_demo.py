@@ -2,9 +2,10 @@
 
     PCCL_LOCAL_SIZE=2 mpiexec -n 4 python examples/collectives_demo.py
 
-For each collective and size, runs pccl's automatic choice (``auto``), the flat vendor collective
-(torch.distributed gloo, ``vendor``) and the MPI library's own (``mpi``), interleaved, and prints the
-median time, bus bandwidth (nccl-tests definitions) and whether the result matched a torch reference.
+For each collective and size, runs pccl's automatic choice (``auto``: the selector profile, else the
+heuristic), the flat vendor collective (torch.distributed gloo, ``vendor``) and the MPI library's own
+(``mpi``), all through pccl's API, interleaved, and prints the median time, bus bandwidth (nccl-tests
+definitions) and whether the result matched a torch reference.
 """
 
 from __future__ import annotations
@@ -79,9 +80,7 @@ def main() -> None:
                     correct[backend] &= mpi.allreduce(ok, op=MPI.LAND)
                     if it >= args.warmup:
                         timings[backend].append(slowest)
-            chosen = max((k for k in comm.stats.algorithms if k[0] == collective and not k[1] in ("vendor", "mpi")),
-                         key=lambda k: comm.stats.algorithms[k], default=(collective, "?"))[1]
-            comm.stats.reset()
+            chosen = pc.choose_algorithm(collective, count * 4, comm)
             for backend, samples in timings.items():
                 median = statistics.median(samples)
                 busbw = count * 4 / median * bus_factor(collective, topo.world_size) / 1e9

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from pccl_torch import heuristic
-from pccl_torch.algorithms import Collective
+from pccl_torch.algorithms import COLLECTIVES, Collective
 from pccl_torch.communicator import Communicator, default_communicator
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
 from pccl_torch.plan import Plan, resolve
@@ -36,19 +36,29 @@ def _env_overrides() -> dict[str, str]:
         collective, sep, name = entry.strip().partition(":")
         if not sep or not name:
             raise ValueError(f"{ALGO_ENV} entry {entry!r} must look like 'all_reduce:ring'")
+        if collective not in COLLECTIVES:
+            raise ValueError(f"{ALGO_ENV} entry {entry!r}: unknown collective {collective!r}; "
+                             f"expected one of {', '.join(COLLECTIVES)}")
+        resolve(collective, name)  # an unknown name fails here, listing the valid ones
         overrides[collective] = name
     return overrides
 
 
-def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int) -> Plan:
-    name = algorithm or _env_overrides().get(collective) or heuristic.choose(collective, nbytes, comm.topology)
-    return resolve(collective, name)
+def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
+          dtype: torch.dtype) -> Plan:
+    """The one place algorithms are chosen: explicit name, else PCCL_ALGO, else the selector, else the
+    heuristic."""
+    name = algorithm or _env_overrides().get(collective)
+    if not name and comm.selector is not None:
+        name = comm.selector.choose(collective, nbytes, comm.topology, dtype.itemsize)
+    return resolve(collective, name or heuristic.choose(collective, nbytes, comm.topology))
 
 
-def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None) -> str:
+def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,
+                     dtype: torch.dtype = torch.float32) -> str:
     """The algorithm ``algorithm=None`` would run for a call of ``collective`` on ``nbytes`` (full buffer)."""
     comm = comm or default_communicator()
-    return _plan(comm, collective, None, nbytes).name
+    return _plan(comm, collective, None, nbytes, dtype).name
 
 
 def _launch(comm: Communicator, plan: Plan, nbytes: int, body: Callable[[], torch.Tensor],
@@ -86,7 +96,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
     if overlaps(output, input) and not (input.numel() and input.data_ptr() == own.data_ptr()):
         raise ValueError("input overlaps output but is not this rank's slice of it: use separate buffers")
     nbytes = output.numel() * output.element_size()
-    plan = _plan(comm, "all_gather", algorithm, nbytes)
+    plan = _plan(comm, "all_gather", algorithm, nbytes, output.dtype)
 
     def body() -> torch.Tensor:
         inp = own if input.numel() and input.data_ptr() == own.data_ptr() else input.reshape(-1)
@@ -112,7 +122,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     world = comm.topology.world_size
     check_sizes(input, "input", output, "output", world)
     nbytes = input.numel() * input.element_size()
-    plan = _plan(comm, "reduce_scatter", algorithm, nbytes)
+    plan = _plan(comm, "reduce_scatter", algorithm, nbytes, input.dtype)
 
     def body() -> torch.Tensor:
         inp = input.reshape(-1)
@@ -136,7 +146,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
     check_tensor(tensor, "tensor", comm.device)
     check_reduction(reduction, tensor.dtype)
     nbytes = tensor.numel() * tensor.element_size()
-    plan = _plan(comm, "all_reduce", algorithm, nbytes)
+    plan = _plan(comm, "all_reduce", algorithm, nbytes, tensor.dtype)
 
     def body() -> torch.Tensor:
         buf = tensor.view(-1)

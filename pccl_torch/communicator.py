@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from pccl_torch.selector.profile import Profile, ProfileError
+from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.topology import Topology, detect
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.mpi import MPITransport
@@ -72,6 +74,8 @@ class Communicator:
     inter: MPITransport
     """This local rank's peers on every node over MPI: the inter-node phase."""
     owns_process_group: bool = False
+    selector: Selector | None = None
+    """The learned algorithm choice (None: the heuristic); identical on every rank."""
     executor: OrderedExecutor = field(default_factory=lambda: OrderedExecutor("pccl"))
     stats: CollectiveStats = field(default_factory=CollectiveStats)
     closed: bool = False
@@ -118,6 +122,23 @@ def _rendezvous(comm, topology: Topology, backend: str, timeout: datetime.timede
                             world_size=topology.world_size, timeout=timeout)
 
 
+def _agreed_selector(comm) -> Selector | None:
+    """Rank 0 reads the selector profile and broadcasts its text, so every rank holds the same one and
+    makes the same choice for the same call; a bad profile fails on every rank with the same error."""
+    text = origin = error = None
+    if comm.Get_rank() == 0:
+        try:
+            path = profile_path()
+            if path is not None:
+                origin, text = str(path), path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            error = f"cannot read selector profile {origin or path}: {exc.strerror}"
+    text, origin, error = comm.bcast((text, origin, error), root=0)
+    if error:
+        raise ProfileError(error)
+    return None if text is None else Selector(Profile.from_json(text, origin), origin)
+
+
 def create(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
            timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> Communicator:
     """Build a :class:`Communicator` (collective over ``comm``, default ``MPI.COMM_WORLD``)."""
@@ -126,6 +147,7 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
     world_comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
     try:
         topology = detect(world_comm, local_size)
+        selector = _agreed_selector(world_comm)
     except Exception:
         world_comm.Free()
         raise
@@ -158,6 +180,7 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
         intra=TorchGroupTransport(intra_group, owned=True),
         inter=MPITransport(inter_comm, owned=True),
         owns_process_group=owns,
+        selector=selector,
     )
 
 

@@ -10,13 +10,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from pccl_torch import algorithms
 from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical
-from pccl_torch.communicator import Communicator
 from pccl_torch.ops import ReduceOp
+
+if TYPE_CHECKING:
+    from pccl_torch.communicator import Communicator
 
 HIER_PREFIX = "hier:"
 _NATIVE_ON = {"mpi": "world", "vendor": "vendor"}
@@ -43,21 +46,21 @@ class Plan:
     hierarchical: bool
     transport: str  # "world" or "vendor" for flat plans; the inter level is always MPI
 
-    def run_all_gather(self, comm: Communicator, out: torch.Tensor, inp: torch.Tensor) -> None:
+    def run_all_gather(self, comm: "Communicator", out: torch.Tensor, inp: torch.Tensor) -> None:
         if self.hierarchical:
             hierarchical.all_gather(comm.intra, comm.inter, self.schedule.fn, out, inp)
         else:
             t = getattr(comm, self.transport)
             self.schedule.fn(t, out, inp, Blocks.even(t.size, inp.numel()))
 
-    def run_reduce_scatter(self, comm: Communicator, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
+    def run_reduce_scatter(self, comm: "Communicator", inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
         if self.hierarchical:
             hierarchical.reduce_scatter(comm.intra, comm.inter, self.schedule.fn, inp, out, op)
         else:
             t = getattr(comm, self.transport)
             self.schedule.fn(t, inp, out, Blocks.even(t.size, out.numel()), op)
 
-    def run_all_reduce(self, comm: Communicator, buf: torch.Tensor, op: ReduceOp) -> None:
+    def run_all_reduce(self, comm: "Communicator", buf: torch.Tensor, op: ReduceOp) -> None:
         if self.hierarchical:
             hierarchical.all_reduce(comm.intra, comm.inter, self.schedule.fn, buf, op)
         else:

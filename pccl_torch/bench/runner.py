@@ -1,5 +1,6 @@
-"""The measurement loop of pccl-bench: for each collective and size, every backend in turn
-(A B C A B C ...), so that the ratios between them hold on a noisy machine."""
+"""The measurement loop of pccl-bench: for each collective and size, every backend in turn, in a fresh
+shuffled order each iteration (C A B, B C A, ...), so that the ratios between them hold on a noisy
+machine."""
 
 from __future__ import annotations
 
@@ -115,8 +116,13 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True)
         calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
         samples = np.zeros((len(backends), settings.iters))
+        # A new order every iteration (the same on every rank: collectives must be issued in the same
+        # order everywhere), so that no backend always follows the same one: on an oversubscribed machine
+        # a call right after a gloo collective runs measurably slower.
+        order = np.random.default_rng(len(plan) * 7919 + size)
         for it in range(settings.warmup + settings.iters):
-            for i, call in enumerate(calls):
+            for i in order.permutation(len(calls)):
+                call = calls[i]
                 bufs.reset()
                 world.Barrier()
                 start = MPI.Wtime()
@@ -130,7 +136,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
             if settings.check:
                 wrong = world.allreduce(_count_wrong(collective, call, bufs, topo.rank, ranks), op=MPI.SUM)
             seconds = statistics.median(slowest[i])
-            algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm)
+            algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm, settings.dtype)
                                               if backend.name == "pccl" else "native")
             algbw = nbytes / seconds / 1e9
             rows.append({

@@ -74,7 +74,7 @@ def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
             algorithm = BASELINES[backend]
         else:
             continue
-        if row.get("wrong"):
+        if row.get("wrong", 0) > 0:  # -1: not checked
             continue
         out.append(Sample(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
                           int(row["local_size"]), float(row["time_us"]) * 1e-6))
@@ -92,7 +92,7 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
     data = samples(rows)
     if not data:
         raise ValueError("no usable rows: fit needs pccl-bench rows of backend 'pccl', "
-                         f"{', '.join(repr(b) for b in BASELINES)} with wrong == 0")
+                         f"{', '.join(repr(b) for b in BASELINES)} without wrong results")
     ranks_per_node = Counter(s.local_size for s in data).most_common(1)[0][0]
     nics = base.nics_per_node if base else ranks_per_node
     design = np.array([_terms(s, nics).vector() for s in data])

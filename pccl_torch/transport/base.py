@@ -20,16 +20,19 @@ class Transport(abc.ABC):
 
     #: Short name shown in logs and errors (``"mpi"``, ``"torch:gloo"``, ``"threads"``).
     name: str = "transport"
+    #: Set by each implementation's constructor.
+    _rank: int
+    _size: int
 
     @property
-    @abc.abstractmethod
     def rank(self) -> int:
         """This rank's index in the group, ``0 <= rank < size``."""
+        return self._rank
 
     @property
-    @abc.abstractmethod
     def size(self) -> int:
         """Number of ranks in the group."""
+        return self._size
 
     @abc.abstractmethod
     def send(self, tensor: torch.Tensor, dest: int) -> None:

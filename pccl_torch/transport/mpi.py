@@ -61,14 +61,6 @@ class MPITransport(Transport):
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
 
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         with _host_staged(tensor, copy_back=False) as buf:
             self.comm.Send(_byte_buffer(buf), dest)

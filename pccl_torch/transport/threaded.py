@@ -89,14 +89,7 @@ class ThreadedTransport(Transport):
     def __init__(self, world: ThreadedWorld, rank: int) -> None:
         self._world = world
         self._rank = rank
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._world.size
+        self._size = world.size
 
     def _check_peer(self, peer: int) -> None:
         if not 0 <= peer < self.size:

@@ -34,14 +34,6 @@ class TorchGroupTransport(Transport):
         self._size = dist.get_world_size(group)
         self.name = f"torch:{dist.get_backend(group)}"
 
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def size(self) -> int:
-        return self._size
-
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         dist.send(tensor, group=self.group, group_dst=dest)
 

@@ -333,4 +333,5 @@ def test_cli(tmp_path, capsys):
     assert load(tmp_path / "local-cpu.yaml").name == "local-cpu"
     assert main(["predict", "-c", "all_gather", "--bytes", "1M", "--gpus", "12", "--machine", "frontier"]) == 2
     assert main(["sweep", "--machine", "nowhere"]) == 2
-    assert "available: frontier, perlmutter" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown machine 'nowhere'" in err and "frontier" in err and "perlmutter" in err

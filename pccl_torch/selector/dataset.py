@@ -1,0 +1,68 @@
+"""Training cases: per configuration, every algorithm's time, measured (pccl-bench) or modelled (pccl-sim)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from pccl_torch.plan import valid_names
+from pccl_torch.selector.features import feature_vector
+from pccl_torch.sim import costs
+from pccl_torch.sim.machine import MachineProfile
+
+_DTYPE_SIZE = {name: torch.tensor([], dtype=getattr(torch, name)).element_size()
+               for name in ("float32", "float64", "float16", "bfloat16", "int32", "int64")}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One configuration and the time (s) of every algorithm measured or modelled on it."""
+
+    collective: str
+    nbytes: int
+    ranks: int
+    local_size: int
+    dtype_size: int
+    times: dict[str, float] = field(hash=False)
+    source: str = "measured"
+
+    @property
+    def best(self) -> str:
+        return min(self.times, key=self.times.__getitem__)
+
+    def features(self) -> list[float]:
+        return feature_vector(self.collective, self.nbytes, self.ranks, self.local_size, self.dtype_size)
+
+    def regret(self, algorithm: str) -> float:
+        """How much slower ``algorithm`` is than the best of this case (0.1 = 10% slower)."""
+        return self.times[algorithm] / self.times[self.best] - 1.0
+
+
+def cases_from_bench(rows: Iterable[dict]) -> list[Case]:
+    """Group pccl-bench rows of explicit pccl algorithms (``--backends pccl:all``) by configuration.
+
+    Rows with wrong results and pccl's own (auto) rows are left out; baselines are not pccl algorithms.
+    """
+    grouped: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        if r["backend"] != "pccl" or r.get("auto") or r.get("wrong", 0) > 0:
+            continue
+        key = (r["collective"], r["size_bytes"], r["ranks"], r["local_size"], _DTYPE_SIZE[r["dtype"]])
+        grouped[key][r["algorithm"]] = r["time_us"] * 1e-6
+    return [Case(*key, times=times) for key, times in sorted(grouped.items()) if len(times) > 1]
+
+
+def cases_from_model(profile: MachineProfile, layouts: Iterable[tuple[int, int]], sizes: Iterable[int],
+                     dtype_size: int = 4) -> list[Case]:
+    """Cost-model predictions for (ranks, local_size) layouts the machine cannot run."""
+    cases = []
+    for ranks, local in layouts:
+        for collective in ("all_gather", "reduce_scatter", "all_reduce"):
+            for nbytes in sizes:
+                times = {a: costs.predict(collective, a, nbytes, ranks // local, local, profile)
+                         for a in valid_names(collective)}
+                cases.append(Case(collective, nbytes, ranks, local, dtype_size, times, source="model"))
+    return cases

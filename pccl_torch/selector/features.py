@@ -1,0 +1,29 @@
+"""The features a selector sees for one call: what PCCL's SVM used (message size, GPU count) and more."""
+
+from __future__ import annotations
+
+import math
+
+from pccl_torch.algorithms import COLLECTIVES
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "is_all_gather", "is_reduce_scatter", "is_all_reduce",
+    "log2_bytes", "log2_ranks", "log2_nodes", "log2_local_size", "dtype_size",
+    "ranks_power_of_two", "nodes_power_of_two",
+)
+
+
+def _pow2(x: int) -> float:
+    return float(x > 0 and x & (x - 1) == 0)
+
+
+def feature_vector(collective: str, nbytes: int, ranks: int, local_size: int, dtype_size: int) -> list[float]:
+    """Features of one call; ``nbytes`` is the full buffer (AG output, RS input, AR buffer)."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    nodes = max(ranks // max(local_size, 1), 1)
+    return [
+        *(float(collective == c) for c in COLLECTIVES),
+        math.log2(max(nbytes, 1)), math.log2(ranks), math.log2(nodes), math.log2(local_size), float(dtype_size),
+        _pow2(ranks), _pow2(nodes),
+    ]

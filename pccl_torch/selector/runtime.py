@@ -1,0 +1,91 @@
+"""The selector at run time: one lookup per (collective, dtype size, size bucket, layout), then cached.
+
+Calls outside the trained feature ranges fall back to the cost model with the machine parameters stored
+in the profile (a warning, once), or to the heuristic when the profile has none. The choice is always a
+name valid for the collective, and every rank holds the same profile (rank 0's, broadcast at init), so
+every rank makes the same choice for the same call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from pccl_torch import heuristic
+from pccl_torch.plan import valid_names
+from pccl_torch.selector.features import feature_vector
+from pccl_torch.selector.profile import PROFILE_ENV, Profile
+from pccl_torch.topology import Topology
+
+log = logging.getLogger(__name__)
+
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pccl-torch" / "profile.json"
+SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "selector" / "default.json"
+
+
+def profile_path() -> Path | None:
+    """Where the profile comes from: ``PCCL_PROFILE``, then the per-user cache, then the shipped default.
+
+    ``PCCL_PROFILE=none`` disables the selector (the heuristic decides); a ``PCCL_PROFILE`` that does not
+    exist is an error rather than a silent fallback.
+    """
+    explicit = os.environ.get(PROFILE_ENV, "").strip()
+    if explicit.lower() == "none":
+        return None
+    if explicit:
+        return Path(explicit)
+    for candidate in (USER_CACHE, SHIPPED):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class Selector:
+    """Chooses an algorithm per call from a :class:`Profile`; choices are cached."""
+
+    def __init__(self, profile: Profile, origin: str = "profile") -> None:
+        self.profile = profile
+        self.origin = origin
+        self._cache: dict[tuple, tuple[str, str]] = {}
+        self._machine = None
+        self._warned = False
+
+    def choose(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> str:
+        return self.explain(collective, nbytes, topology, dtype_size)[0]
+
+    def explain(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> tuple[str, str]:
+        """(algorithm, why): ``why`` is "profile", "cost model" or "heuristic"."""
+        key = (collective, dtype_size, nbytes.bit_length(), topology.world_size, topology.local_size)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._decide(collective, nbytes, topology, dtype_size)
+        return hit
+
+    def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> tuple[str, str]:
+        valid = valid_names(collective)
+        features = feature_vector(collective, max(nbytes, 1), topology.world_size, topology.local_size, dtype_size)
+        if self.profile.in_range(features):
+            for name in self.profile.rank(features):
+                if name in valid:
+                    return name, "profile"
+        if not self._warned:
+            log.warning("pccl: %s (%d bytes, %d nodes x %d ranks) is outside what %s was trained on; using the %s",
+                        collective, nbytes, topology.num_nodes, topology.local_size, self.origin,
+                        "cost model" if self.profile.machine_profile else "heuristic")
+            self._warned = True
+        machine = self._machine_profile()
+        if machine is None:
+            return heuristic.choose(collective, nbytes, topology), "heuristic"
+        from pccl_torch.sim import costs
+
+        times = {a: costs.predict(collective, a, max(nbytes, 1), topology.num_nodes, topology.local_size, machine)
+                 for a in valid}
+        return min(times, key=times.__getitem__), "cost model"
+
+    def _machine_profile(self):
+        if self._machine is None and self.profile.machine_profile:
+            from pccl_torch.sim.machine import MachineProfile
+
+            self._machine = MachineProfile.from_dict(self.profile.machine_profile)
+        return self._machine

@@ -1,0 +1,56 @@
+"""The selector across real ranks: rank 0's profile is broadcast, so ranks with different profiles still
+make the same choice; a bad profile fails on every rank with the same clear error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pccl_torch.selector.dataset import Case, cases_from_model
+from pccl_torch.selector.runtime import Selector
+from pccl_torch.selector.train import train
+from pccl_torch.sim.machine import load as load_machine
+from pccl_torch.topology import Topology
+
+from .conftest import HERE, ROOT, mpiexec
+from .selector_agreement import CALLS
+
+SCRIPT = str(HERE / "selector_agreement.py")
+
+
+def _two_ranks(profile_0: str, profile_1: str) -> dict:
+    command = [mpiexec(), "-n", "1", "-env", "PCCL_PROFILE", profile_0, "-env", "PCCL_LOCAL_SIZE", "1",
+               sys.executable, SCRIPT, ":", "-n", "1", "-env", "PCCL_PROFILE", profile_1, "-env",
+               "PCCL_LOCAL_SIZE", "1", sys.executable, SCRIPT]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert lines, result.stdout[-2000:] + result.stderr[-3000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.multiprocess
+def test_ranks_with_different_profiles_make_rank_0s_choices(tmp_path) -> None:
+    machine = load_machine("perlmutter")
+    cases = [Case(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size, c.times, "measured")
+             for c in cases_from_model(machine, [(2, 1), (4, 2)], [1 << k for k in range(10, 25)])]
+    profile, _, _ = train(cases, machine_profile=machine.to_dict(), candidates=["tree"])
+    mine = tmp_path / "rank0.json"
+    profile.save(mine)
+    shipped = ROOT / "configs" / "selector" / "default.json"
+    report = _two_ranks(str(mine), str(shipped))
+    assert report["agreed"]
+    expected = Selector(profile)
+    topo = Topology(0, 2, 1)
+    assert report["choices"] == [expected.choose(c, n, topo, 4) for c, n in CALLS]
+
+
+@pytest.mark.multiprocess
+def test_a_bad_profile_fails_on_every_rank(tmp_path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "pccl-selector"')
+    report = _two_ranks(str(broken), str(ROOT / "configs" / "selector" / "default.json"))
+    assert len(report["errors"]) == 2
+    assert all("ProfileError" in e and "not a pccl selector profile" in e for e in report["errors"])
