@@ -30,6 +30,24 @@ from pccl_torch.work import Work
 
 __version__ = "0.1.0"
 
+
+def stats(comm: Communicator | None = None) -> dict[str, dict]:
+    """Per-collective counters of ``comm`` (default: the one of ``init()``): calls, bytes, seconds and
+    how often each algorithm ran, as plain dicts."""
+    counters = (comm or default_communicator()).stats
+    return {
+        "calls": dict(counters.calls),
+        "bytes": dict(counters.bytes),
+        "seconds": dict(counters.seconds),
+        "algorithms": {f"{c}:{a}": n for (c, a), n in counters.algorithms.items()},
+    }
+
+
+# `import pccl_torch` registers the torch.distributed backend "pccl".
+from pccl_torch.integrations import torch_backend as _torch_backend  # noqa: E402
+
+_torch_backend.register()
+
 __all__ = [
     "Communicator",
     "NotInitializedError",
@@ -49,4 +67,5 @@ __all__ = [
     "reduce_scatter_single",
     "reduce_scatter_tensor",
     "shutdown",
+    "stats",
 ]

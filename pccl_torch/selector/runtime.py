@@ -1,6 +1,7 @@
 """The selector at run time: one lookup per (collective, dtype size, size bucket, layout), then cached.
 
-Calls outside the trained feature ranges fall back to the cost model with the machine parameters stored
+Messages smaller than any trained one are decided as the smallest trained size (all latency-bound);
+other calls outside the trained feature ranges fall back to the cost model with the machine parameters stored
 in the profile (a warning, once), or to the heuristic when the profile has none. The choice is always a
 name valid for the collective, and every rank holds the same profile (rank 0's, broadcast at init), so
 every rank makes the same choice for the same call.
@@ -64,7 +65,10 @@ class Selector:
 
     def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> tuple[str, str]:
         valid = valid_names(collective)
-        features = feature_vector(collective, max(nbytes, 1), topology.world_size, topology.local_size, dtype_size)
+        # Below the smallest trained size every schedule is latency-bound: decide as for that size.
+        smallest = self.profile.metadata.get("feature_ranges", {}).get("log2_bytes", [0.0])[0]
+        sized = max(nbytes, int(2 ** smallest), 1)
+        features = feature_vector(collective, sized, topology.world_size, topology.local_size, dtype_size)
         if self.profile.in_range(features):
             for name in self.profile.rank(features):
                 if name in valid:

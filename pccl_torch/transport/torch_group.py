@@ -1,7 +1,9 @@
 """torch.distributed transport: a process group (NCCL on CUDA, gloo on CPU) as the "vendor library".
 
 Used for the intra-node phase of the hierarchical collectives and for the flat ``vendor`` algorithm.
-Peers are group ranks; torch maps them to global ranks.
+It calls the process group's own methods, so it works both with groups registered in torch.distributed
+(``new_group``) and with the private gloo groups the ``pccl`` backend builds inside itself.
+Peers are group ranks.
 """
 
 from __future__ import annotations
@@ -11,10 +13,6 @@ import torch.distributed as dist
 
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
-
-# torch 2.13 renamed the tensor forms and deprecated the old names; older releases only have those.
-_all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 _TORCH_OPS = {
     ReduceOp.SUM: dist.ReduceOp.SUM,
@@ -30,34 +28,36 @@ class TorchGroupTransport(Transport):
     def __init__(self, group: dist.ProcessGroup, *, owned: bool = False) -> None:
         self.group = group
         self._owned = owned
-        self._rank = dist.get_rank(group)
-        self._size = dist.get_world_size(group)
-        self.name = f"torch:{dist.get_backend(group)}"
+        self._rank = group.rank()
+        self._size = group.size()
+        self.name = f"torch:{group.name()}"
 
     def send(self, tensor: torch.Tensor, dest: int) -> None:
-        dist.send(tensor, group=self.group, group_dst=dest)
+        self.group.send([tensor], dest, 0).wait()
 
     def recv(self, tensor: torch.Tensor, source: int) -> None:
-        dist.recv(tensor, group=self.group, group_src=source)
+        self.group.recv([tensor], source, 0).wait()
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
-        ops = [
-            dist.P2POp(dist.isend, send, group=self.group, group_peer=dest),
-            dist.P2POp(dist.irecv, recv, group=self.group, group_peer=source),
-        ]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
+        outgoing = self.group.send([send], dest, 0)
+        self.group.recv([recv], source, 0).wait()
+        outgoing.wait()
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        _all_gather_tensor(out, inp, group=self.group)
+        self.group._allgather_base(out, inp).wait()
 
     def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
-        _reduce_scatter_tensor(out, inp, op=_TORCH_OPS[op], group=self.group)
+        opts = dist.ReduceScatterOptions()
+        opts.reduceOp = _TORCH_OPS[op]
+        self.group._reduce_scatter_base(out, inp, opts).wait()
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
-        dist.all_reduce(tensor, op=_TORCH_OPS[op], group=self.group)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = _TORCH_OPS[op]
+        self.group.allreduce([tensor], opts).wait()
 
     def close(self) -> None:
         if self._owned and self.group is not None:
-            dist.destroy_process_group(self.group)
+            if dist.is_initialized() and self.group in dist.distributed_c10d._world.pg_map:
+                dist.destroy_process_group(self.group)
             self.group = None

@@ -36,3 +36,16 @@ def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"][:30])
     assert report["passed"] > 1000 * 4
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("ranks,local_size", [(2, 1), (4, 2)], ids=["n2-L1", "n4-L2"])
+def test_torch_backend_and_ddp(ranks: int, local_size: int, tmp_path) -> None:
+    """The `pccl` torch.distributed backend (routed and delegated calls, subgroups) and DDP over it and
+    with pccl's comm hook: same losses and weights as plain gloo."""
+    summary = tmp_path / "summary.json"
+    result = launch("torch_backend_driver.py", ranks, "--json", str(summary), local_size=local_size)
+    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    report = json.loads(summary.read_text())
+    assert report["failed"] == 0, "\n".join(report["failures"])
+    assert report["passed"] == 3 * ranks

@@ -1,0 +1,169 @@
+"""The ``pccl`` torch.distributed backend and the DDP hook under mpiexec, against plain gloo.
+
+Every rank runs every check and reports failures; rank 0 prints "N passed, M failed" and writes --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import pccl_torch as pc
+from pccl_torch.integrations.ddp import allreduce_hook
+from pccl_torch.integrations.torch_backend import PcclProcessGroup, communicator_of
+
+
+def close(a: torch.Tensor, b: torch.Tensor, what: str) -> str | None:
+    return None if torch.allclose(a, b, rtol=1e-6, atol=1e-6) else f"{what}: {a.flatten()[:4]} vs {b.flatten()[:4]}"
+
+
+def check_collectives(pg, rank: int, size: int) -> str | None:
+    """Every routed and delegated call on the pccl group against the same call on gloo (WORLD)."""
+    gloo = dist.group.WORLD
+    x = torch.arange(10, dtype=torch.float32) + rank
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
+        a, b = x.clone(), x.clone()
+        dist.all_reduce(a, op=op, group=pg)
+        dist.all_reduce(b, op=op, group=gloo)
+        if problem := close(a, b, f"all_reduce {op}"):
+            return problem
+    out_a, out_b = torch.empty(10 * size), torch.empty(10 * size)
+    dist.all_gather_into_tensor(out_a, x, group=pg)
+    dist.all_gather_into_tensor(out_b, x, group=gloo)
+    if problem := close(out_a, out_b, "all_gather_into_tensor"):
+        return problem
+    lists_a, lists_b = [torch.empty(10) for _ in range(size)], [torch.empty(10) for _ in range(size)]
+    dist.all_gather(lists_a, x, group=pg)
+    dist.all_gather(lists_b, x, group=gloo)
+    if problem := close(torch.stack(lists_a), torch.stack(lists_b), "all_gather (list)"):
+        return problem
+    big = torch.arange(6 * size, dtype=torch.float32) * (rank + 1)
+    rs_a, rs_b = torch.empty(6), torch.empty(6)
+    dist.reduce_scatter_tensor(rs_a, big, group=pg)
+    dist.reduce_scatter_tensor(rs_b, big, group=gloo)
+    if problem := close(rs_a, rs_b, "reduce_scatter_tensor"):
+        return problem
+    dist.reduce_scatter(rs_a, list(big.chunk(size)), op=dist.ReduceOp.MAX, group=pg)
+    dist.reduce_scatter(rs_b, list(big.chunk(size)), op=dist.ReduceOp.MAX, group=gloo)
+    if problem := close(rs_a, rs_b, "reduce_scatter (list, MAX)"):
+        return problem
+    work = dist.all_reduce(x.clone(), group=pg, async_op=True)
+    work.wait()
+    if not work.is_completed():
+        return "async all_reduce work not completed after wait()"
+    # Delegated to gloo: they must still work on the pccl group.
+    b = torch.full((3,), float(rank))
+    dist.broadcast(b, src=0, group=pg)
+    if problem := close(b, torch.zeros(3), "broadcast (delegated)"):
+        return problem
+    dist.barrier(group=pg)
+    a2a = torch.empty(size)
+    dist.all_to_all_single(a2a, torch.arange(size, dtype=torch.float32) + 10 * rank, group=pg)
+    if problem := close(a2a, torch.tensor([10.0 * r + rank for r in range(size)]), "all_to_all_single (delegated)"):
+        return problem
+    calls = pc.stats(communicator_of(pg))["calls"]
+    if min(calls.get(c, 0) for c in ("all_reduce", "all_gather", "reduce_scatter")) == 0:
+        return f"pccl counters missed a collective: {calls}"
+    return None
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+
+
+def train(ddp: DDP, rank: int, steps: int = 5) -> tuple[list[float], torch.Tensor]:
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, torch.cat([p.detach().flatten() for p in ddp.parameters()])
+
+
+def check_ddp(pg, rank: int) -> str | None:
+    """DDP over gloo, over the pccl group, and over gloo with pccl's comm hook: same losses and weights."""
+    base_losses, base_params = train(DDP(_model()), rank)
+    before = pc.stats(communicator_of(pg))["calls"].get("all_reduce", 0)
+    pg_losses, pg_params = train(DDP(_model(), process_group=pg), rank)
+    if pc.stats(communicator_of(pg))["calls"].get("all_reduce", 0) <= before:
+        return "DDP over the pccl group did not all-reduce through pccl"
+    hooked = DDP(_model())
+    hooked.register_comm_hook(None, allreduce_hook)
+    hook_before = pc.stats()["calls"].get("all_reduce", 0)
+    hook_losses, hook_params = train(hooked, rank)
+    if pc.stats()["calls"].get("all_reduce", 0) <= hook_before:
+        return "the DDP comm hook did not all-reduce through pccl"
+    for name, losses, params in (("pccl group", pg_losses, pg_params), ("comm hook", hook_losses, hook_params)):
+        if problem := close(torch.tensor(losses), torch.tensor(base_losses), f"DDP {name} losses"):
+            return problem
+        if problem := close(params, base_params, f"DDP {name} final parameters"):
+            return problem
+    return None
+
+
+def check_subgroup(rank: int, size: int) -> str | None:
+    """A pccl subgroup of the even ranks: created without the odd ranks, correct on its members."""
+    members = list(range(0, size, 2))
+    sub = dist.new_group(members, backend="pccl")
+    if rank not in members:
+        return None
+    if not isinstance(sub, PcclProcessGroup):
+        return f"new_group(backend='pccl') gave {type(sub).__name__}"
+    t = torch.full((5,), float(rank))
+    dist.all_reduce(t, group=sub)
+    return close(t, torch.full((5,), float(sum(members))), "subgroup all_reduce")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    comm = pc.init()
+    rank, size = comm.topology.rank, comm.topology.world_size
+    pg = dist.new_group(backend="pccl")
+    failures, passed = [], 0
+    checks: list[tuple[str, Callable[[], str | None]]] = [
+        ("collectives on a pccl group", lambda: check_collectives(pg, rank, size)),
+        ("DDP", lambda: check_ddp(pg, rank)),
+        ("pccl subgroup", lambda: check_subgroup(rank, size)),
+    ]
+    for name, check in checks:
+        try:
+            problem = check()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            problem = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+        if problem:
+            failures.append(f"rank {rank}: {name}: {problem}")
+        else:
+            passed += 1
+    world = MPI.COMM_WORLD
+    all_failures = [f for fs in world.gather(failures, root=0) or [] for f in fs]
+    total = world.reduce(passed, op=MPI.SUM, root=0)
+    if rank == 0:
+        for f in all_failures:
+            print("FAIL", f, file=sys.stderr)
+        print(f"{total} passed, {len(all_failures)} failed")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"passed": total, "failed": len(all_failures), "failures": all_failures}, fh)
+    failed = world.allreduce(len(failures), op=MPI.SUM)
+    pc.shutdown()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
