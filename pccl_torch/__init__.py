@@ -20,6 +20,7 @@ from pccl_torch.communicator import (
     NotInitializedError,
     default_communicator,
     init,
+    init_process_group,
     is_initialized,
     shutdown,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "choose_algorithm",
     "default_communicator",
     "init",
+    "init_process_group",
     "is_initialized",
     "premul_sum",
     "reduce_scatter_single",

@@ -139,6 +139,16 @@ def _agreed_selector(comm) -> Selector | None:
     return None if text is None else Selector(Profile.from_json(text, origin), origin)
 
 
+def init_process_group(backend: str = "pccl", *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
+    """``torch.distributed.init_process_group(backend)`` under an ``mpiexec`` launch: rank and world size
+    from MPI, the rendezvous address broadcast over MPI (``MASTER_ADDR``/``MASTER_PORT`` when set)."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    topology = Topology(world.Get_rank(), world.Get_size(), 1)
+    _rendezvous(world, topology, backend, timeout)
+
+
 def create(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
            timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> Communicator:
     """Build a :class:`Communicator` (collective over ``comm``, default ``MPI.COMM_WORLD``)."""
@@ -176,7 +186,8 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
         topology=topology,
         device=dev,
         world=MPITransport(world_comm, owned=True),
-        vendor=TorchGroupTransport(dist.group.WORLD),
+        # With the pccl backend as the default group, its private gloo group is the vendor library.
+        vendor=TorchGroupTransport(getattr(dist.group.WORLD, "vendor", dist.group.WORLD)),
         intra=TorchGroupTransport(intra_group, owned=True),
         inter=MPITransport(inter_comm, owned=True),
         owns_process_group=owns,

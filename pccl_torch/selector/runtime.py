@@ -73,7 +73,7 @@ class Selector:
             for name in self.profile.rank(features):
                 if name in valid:
                     return name, "profile"
-        if not self._warned:
+        if not self._warned and topology.rank == 0:  # every rank decides the same: say it once
             log.warning("pccl: %s (%d bytes, %d nodes x %d ranks) is outside what %s was trained on; using the %s",
                         collective, nbytes, topology.num_nodes, topology.local_size, self.origin,
                         "cost model" if self.profile.machine_profile else "heuristic")

@@ -49,3 +49,14 @@ def test_torch_backend_and_ddp(ranks: int, local_size: int, tmp_path) -> None:
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
     assert report["passed"] == 3 * ranks
+
+
+@pytest.mark.multiprocess
+def test_pccl_as_the_default_process_group(tmp_path) -> None:
+    """init_process_group('pccl'): plain dist.* calls and DDP with no group argument go through pccl."""
+    summary = tmp_path / "summary.json"
+    result = launch("torch_backend_driver.py", 4, "--default-pccl", "--json", str(summary), local_size=2)
+    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    report = json.loads(summary.read_text())
+    assert report["failed"] == 0, "\n".join(report["failures"])
+    assert report["passed"] == 12

@@ -25,9 +25,8 @@ def close(a: torch.Tensor, b: torch.Tensor, what: str) -> str | None:
     return None if torch.allclose(a, b, rtol=1e-6, atol=1e-6) else f"{what}: {a.flatten()[:4]} vs {b.flatten()[:4]}"
 
 
-def check_collectives(pg, rank: int, size: int) -> str | None:
-    """Every routed and delegated call on the pccl group against the same call on gloo (WORLD)."""
-    gloo = dist.group.WORLD
+def check_collectives(pg, gloo, rank: int, size: int) -> str | None:
+    """Every routed and delegated call on the pccl group against the same call on a gloo group."""
     x = torch.arange(10, dtype=torch.float32) + rank
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT):
         a, b = x.clone(), x.clone()
@@ -94,14 +93,14 @@ def train(ddp: DDP, rank: int, steps: int = 5) -> tuple[list[float], torch.Tenso
     return losses, torch.cat([p.detach().flatten() for p in ddp.parameters()])
 
 
-def check_ddp(pg, rank: int) -> str | None:
+def check_ddp(pg, gloo, rank: int) -> str | None:
     """DDP over gloo, over the pccl group, and over gloo with pccl's comm hook: same losses and weights."""
-    base_losses, base_params = train(DDP(_model()), rank)
+    base_losses, base_params = train(DDP(_model(), process_group=gloo), rank)
     before = pc.stats(communicator_of(pg))["calls"].get("all_reduce", 0)
     pg_losses, pg_params = train(DDP(_model(), process_group=pg), rank)
     if pc.stats(communicator_of(pg))["calls"].get("all_reduce", 0) <= before:
         return "DDP over the pccl group did not all-reduce through pccl"
-    hooked = DDP(_model())
+    hooked = DDP(_model(), process_group=gloo)
     hooked.register_comm_hook(None, allreduce_hook)
     hook_before = pc.stats()["calls"].get("all_reduce", 0)
     hook_losses, hook_params = train(hooked, rank)
@@ -131,14 +130,21 @@ def check_subgroup(rank: int, size: int) -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
+    parser.add_argument("--default-pccl", action="store_true",
+                        help="make pccl the default group (init_process_group('pccl')) instead of gloo")
     args = parser.parse_args()
+    if args.default_pccl:
+        pc.init_process_group("pccl")
     comm = pc.init()
     rank, size = comm.topology.rank, comm.topology.world_size
-    pg = dist.new_group(backend="pccl")
+    pg = dist.group.WORLD if args.default_pccl else dist.new_group(backend="pccl")
+    if args.default_pccl and not isinstance(pg, PcclProcessGroup):
+        raise SystemExit(f"init_process_group('pccl') made a {type(pg).__name__}")
+    gloo = dist.new_group(backend="gloo")  # the reference
     failures, passed = [], 0
     checks: list[tuple[str, Callable[[], str | None]]] = [
-        ("collectives on a pccl group", lambda: check_collectives(pg, rank, size)),
-        ("DDP", lambda: check_ddp(pg, rank)),
+        ("collectives on a pccl group", lambda: check_collectives(pg, gloo, rank, size)),
+        ("DDP", lambda: check_ddp(pg, gloo, rank)),
         ("pccl subgroup", lambda: check_subgroup(rank, size)),
     ]
     for name, check in checks:
