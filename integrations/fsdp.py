@@ -1,0 +1,93 @@
+"""FSDP2 with pccl: FSDP's custom all-gather and reduce-scatter hooks, set on every FSDPModule.
+
+    from pccl_torch.integrations.fsdp import fully_shard
+    for block in model.blocks:
+        fully_shard(block, comm="pccl")
+    fully_shard(model, comm="pccl")
+
+or, after torch's own ``fully_shard`` calls, ``use_pccl(model)``. FSDP keeps its process group (gloo or
+NCCL) for everything else (DTensor, ``clip_grad_norm_``, state-dict gathering); only its parameter
+all-gathers and gradient reduce-scatters go through pccl, on the pccl communicator of that group: the
+default one of ``pccl_torch.init()`` for the world group, or the group's own for a ``pccl`` group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp import fully_shard as _torch_fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+from pccl_torch import api
+from pccl_torch.communicator import Communicator, default_communicator
+from pccl_torch.integrations.torch_backend import PcclProcessGroup, _as_work
+
+COMMS = ("pccl", "default")
+
+
+def communicator_for(group: dist.ProcessGroup) -> Communicator:
+    """The pccl communicator that spans exactly ``group``'s ranks, or a clear error."""
+    if isinstance(group, PcclProcessGroup):
+        return group.comm
+    comm = default_communicator()
+    if group.size() != comm.topology.world_size:
+        raise ValueError(
+            f"pccl's FSDP hooks need FSDP's group to be the world group or a pccl group; got a group of "
+            f"{group.size()} of {comm.topology.world_size} ranks: create it with dist.new_group(..., backend='pccl')"
+        )
+    return comm
+
+
+class _Allocating:
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+
+class PcclAllGather(_Allocating, AllGather):
+    """FSDP2's parameter all-gather through pccl."""
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 async_op: bool = False) -> dist.Work | None:
+        work = api.all_gather_into_tensor(output_tensor, input_tensor, async_op=async_op,
+                                          comm=communicator_for(group))
+        return _as_work(work, output_tensor) if async_op else None
+
+
+class PcclReduceScatter(_Allocating, ReduceScatter):
+    """FSDP2's gradient reduce-scatter through pccl (SUM or AVG, as FSDP asks)."""
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
+                 op: Any, async_op: bool = False) -> dist.Work | None:
+        work = api.reduce_scatter_tensor(output_tensor, input_tensor, op, async_op=async_op,
+                                         comm=communicator_for(group))
+        return _as_work(work, output_tensor) if async_op else None
+
+
+def use_pccl(module: torch.nn.Module) -> int:
+    """Route the all-gathers and reduce-scatters of every FSDPModule in ``module`` through pccl.
+
+    FSDP's setting is per FSDPModule, not recursive, so every one is set. Returns how many were set.
+    """
+    count = 0
+    for sub in module.modules():
+        if isinstance(sub, FSDPModule):
+            sub.set_custom_all_gather(PcclAllGather())
+            sub.set_custom_reduce_scatter(PcclReduceScatter())
+            count += 1
+    if count == 0:
+        raise ValueError("use_pccl found no FSDPModule: call torch.distributed.fsdp.fully_shard first")
+    return count
+
+
+def fully_shard(module: torch.nn.Module, *args: Any, comm: str = "pccl", **kwargs: Any):
+    """``torch.distributed.fsdp.fully_shard`` plus ``comm="pccl"`` (default) or ``comm="default"``."""
+    if comm not in COMMS:
+        raise ValueError(f"comm must be one of {COMMS}, got {comm!r}")
+    sharded = _torch_fully_shard(module, *args, **kwargs)
+    if comm == "pccl":
+        use_pccl(sharded)
+    return sharded
