@@ -17,7 +17,8 @@ MEDIUM = 512 * 1024  # ring / pairwise / Rabenseifner above
 SMALL_ALL_REDUCE = 2 * 1024  # recursive doubling below: whole buffer, lg p steps
 
 
-def _flat_choice(collective: Collective, nbytes: int, ranks: int) -> str:
+def flat_choice(collective: Collective, nbytes: int, ranks: int) -> str:
+    """MPICH's rule for a flat collective over ``ranks`` ranks (also the cost model's view of MPI's own)."""
     power_of_two = ranks & (ranks - 1) == 0
     if collective == "all_gather":
         if nbytes < SMALL_ALL_GATHER:
@@ -35,7 +36,7 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
     if topology.world_size == 1:
         return "ring"  # one rank: every schedule is a copy
     if not topology.is_hierarchical:
-        return _flat_choice(collective, nbytes, topology.world_size)
+        return flat_choice(collective, nbytes, topology.world_size)
     # The inter-node phase moves N/P of the buffer (AG, RS), or its 1/L shard (AR).
     inter_bytes = nbytes // topology.local_size
-    return HIER_PREFIX + _flat_choice(collective, inter_bytes, topology.num_nodes)
+    return HIER_PREFIX + flat_choice(collective, inter_bytes, topology.num_nodes)

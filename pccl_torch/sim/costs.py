@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pccl_torch.algorithms import COLLECTIVES, Collective
-from pccl_torch.heuristic import _flat_choice
+from pccl_torch.heuristic import flat_choice
 from pccl_torch.plan import HIER_PREFIX
 from pccl_torch.sim.machine import PARAMS, MachineProfile
 
@@ -256,9 +256,9 @@ VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": rs
 
 
 def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
-    """The MPI library's own collective: MPICH's choice of schedule (``heuristic._flat_choice``) priced
+    """The MPI library's own collective: MPICH's choice of schedule (``heuristic.flat_choice``) priced
     with ``alpha_mpi_native`` per step and the MPI point-to-point bandwidths."""
-    return FAMILY[collective][_flat_choice(collective, int(n), net.p)](net.native(), n)
+    return FAMILY[collective][flat_choice(collective, int(n), net.p)](net.native(), n)
 
 
 # ---- names, compositions, predictions ------------------------------------------------------------------
