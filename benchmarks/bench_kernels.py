@@ -92,7 +92,6 @@ def main() -> int:
             if row["bytes"] == nbytes:
                 print(f"{row['kernel']:<14}{format_size(nbytes):>8}  {row['impl']:<10}{row['time_us']:>11.1f}"
                       f"{row['gbps']:>9.2f}{row['vs_copy']:>10.2f}")
-        del x, y, z, eight
     if ARGS.json:
         meta = {"device": str(device), "dtype": ARGS.dtype, "torch": torch.__version__, "dispatch": dispatch}
         with open(ARGS.json, "w") as fh:

@@ -21,7 +21,6 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from pccl_torch import api
 from pccl_torch.communicator import Communicator, _agreed_selector
-from pccl_torch.ops import ReduceOp
 from pccl_torch.topology import Topology, TopologyError, detect
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport

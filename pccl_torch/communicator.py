@@ -210,7 +210,6 @@ def init(comm=None, *, local_size: int | None = None, device: str | torch.device
 
 def shutdown() -> None:
     """Close the default communicator. Collective; a no-op when not initialised."""
-    global _DEFAULT
     if _DEFAULT is not None:
         _DEFAULT.close()
 

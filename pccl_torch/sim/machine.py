@@ -132,7 +132,7 @@ class MachineProfile:
         """Write the profile as YAML (``yaml.safe_dump``); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# pccl-sim machine profile: latencies in us, bandwidths in GB/s (1e9 bytes/s)\n"
+        path.write_text("# pccl-sim machine profile: latencies in us, bandwidths in GB/s (1e9 bytes/s)\n"
                         + yaml.safe_dump(self.to_dict(), sort_keys=False))
         return path
 

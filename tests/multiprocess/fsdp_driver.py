@@ -11,7 +11,6 @@ import sys
 import traceback
 
 import torch
-import torch.distributed as dist
 from mpi4py import MPI
 from torch.distributed.device_mesh import init_device_mesh
 

@@ -6,7 +6,6 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pccl_torch import heuristic
 from pccl_torch.algorithms import COLLECTIVES, Blocks, Fold
 from pccl_torch.ops import ReduceOp, as_reduction, premul_sum
 from pccl_torch.plan import resolve, valid_names
@@ -81,24 +80,6 @@ def test_every_valid_name_resolves_and_unknown_names_list_them(collective) -> No
         resolve(collective, "nope")
     with pytest.raises(ValueError, match="unknown"):
         resolve(collective, "hier:vendor")
-
-
-@pytest.mark.parametrize("collective", COLLECTIVES)
-@pytest.mark.parametrize("world,local", [(1, 1), (2, 1), (5, 1), (6, 3), (2048, 8), (12, 12)])
-@pytest.mark.parametrize("nbytes", [0, 4, 1 << 12, 1 << 17, 1 << 20, 1 << 28])
-def test_heuristic_always_returns_a_valid_name(collective, world, local, nbytes) -> None:
-    topo = Topology(0, world, local)
-    name = heuristic.choose(collective, nbytes, topo)
-    assert name in valid_names(collective)
-    assert name.startswith("hier:") == topo.is_hierarchical
-
-
-def test_heuristic_prefers_latency_schedules_for_small_and_bandwidth_for_large() -> None:
-    flat = Topology(0, 8, 1)
-    assert heuristic.choose("all_reduce", 64, flat) == "recursive_doubling"
-    assert heuristic.choose("all_gather", 1024, flat) == "bruck"
-    assert heuristic.choose("reduce_scatter", 1 << 26, flat) == "pairwise"
-    assert heuristic.choose("all_reduce", 1 << 26, Topology(0, 6, 1)) == "ring"
 
 
 def test_overlap_detection() -> None:
