@@ -1,4 +1,5 @@
-"""FSDP2 with pccl's all-gather/reduce-scatter hooks against plain FSDP2 on gloo, under mpiexec.
+"""FSDP2 with pccl's all-gather/reduce-scatter hooks, and FSDP1 over a pccl process group, each against
+the same run on gloo, under mpiexec.
 
 Prints "N passed, M failed" on rank 0 and writes --json.
 """
@@ -40,6 +41,47 @@ def train(comm: str, rank: int, size: int, steps: int = 5) -> tuple[list[float],
     return losses, torch.cat([p.full_tensor().flatten() for p in model.parameters()])
 
 
+def train_fsdp1(group, rank: int, steps: int = 5) -> tuple[list[float], torch.Tensor]:
+    """FSDP1 with ``process_group=group`` (gloo, or a pccl group: then all of FSDP1's traffic is pccl's)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    torch.manual_seed(0)
+    model = FSDP(torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 1)),
+                 process_group=group, device_id=torch.device("cpu"), use_orig_params=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(11 + rank)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(6, 12, generator=g), torch.randn(6, 1, generator=g)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    with FSDP.summon_full_params(model):
+        params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return losses, params
+
+
+def check_fsdp1(rank: int) -> str | None:
+    import torch.distributed as dist
+
+    from pccl_torch.integrations.torch_backend import communicator_of
+
+    pccl_group = dist.new_group(backend="pccl")
+    gloo_group = dist.new_group(backend="gloo")
+    base_losses, base_params = train_fsdp1(gloo_group, rank)
+    losses, params = train_fsdp1(pccl_group, rank)
+    calls = pc.stats(communicator_of(pccl_group))["calls"]
+    if min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter")) == 0:
+        return f"FSDP1 over a pccl group bypassed pccl: {calls}"
+    if not torch.allclose(torch.tensor(losses), torch.tensor(base_losses), rtol=1e-5, atol=1e-6):
+        return f"FSDP1 losses differ: {losses} vs {base_losses}"
+    if not torch.allclose(params, base_params, rtol=1e-5, atol=1e-6):
+        return f"FSDP1 final parameters differ by {(params - base_params).abs().max().item():.3g}"
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -59,6 +101,8 @@ def main() -> int:
             problem = f"losses differ: {losses} vs {base_losses}"
         elif not torch.allclose(params, base_params, rtol=1e-5, atol=1e-6):
             problem = f"final parameters differ by {(params - base_params).abs().max().item():.3g}"
+        else:
+            problem = check_fsdp1(rank)
     except Exception as exc:  # noqa: BLE001 - reported below
         problem = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
     world = MPI.COMM_WORLD

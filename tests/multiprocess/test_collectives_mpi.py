@@ -65,8 +65,8 @@ def test_pccl_as_the_default_process_group(tmp_path) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("ranks,local_size", [(2, 1), (4, 2)], ids=["n2-L1", "n4-L2"])
 def test_fsdp2_with_pccl_matches_gloo(ranks: int, local_size: int, tmp_path) -> None:
-    """FSDP2 with pccl's all-gather/reduce-scatter hooks: same losses and weights as FSDP2 on gloo,
-    clip_grad_norm_ and full_tensor() still working, and the collectives counted by pccl."""
+    """FSDP2 with pccl's all-gather/reduce-scatter hooks, and FSDP1 over a pccl process group: same losses
+    and weights as on gloo, clip_grad_norm_ and full_tensor() still working, collectives counted by pccl."""
     summary = tmp_path / "summary.json"
     result = launch("fsdp_driver.py", ranks, "--json", str(summary), local_size=local_size)
     assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
