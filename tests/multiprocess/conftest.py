@@ -25,14 +25,16 @@ def mpiexec() -> str:
 
 def launch(script: str, ranks: int, *args: str, local_size: int | None = None,
            timeout_s: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` (relative to tests/multiprocess) under ``mpiexec -n ranks``; fail on timeout."""
+    """Run ``script`` (relative to tests/multiprocess; or ``"-m"`` with a module first in ``args``) under
+    ``mpiexec -n ranks``; fail on timeout."""
     environment = dict(os.environ)
     environment.pop("PCCL_ALGO", None)
     environment["PYTHONWARNINGS"] = "ignore::FutureWarning"
     if local_size is not None:
         environment["PCCL_LOCAL_SIZE"] = str(local_size)
     environment.update(env or {})
-    command = [mpiexec(), "-n", str(ranks), sys.executable, str(HERE / script), *args]
+    target = [script] if script == "-m" else [str(HERE / script)]  # "-m": args start with a module name
+    command = [mpiexec(), "-n", str(ranks), sys.executable, *target, *args]
     try:
         return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True,
                               timeout=timeout_s)

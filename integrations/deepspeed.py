@@ -1,0 +1,51 @@
+"""DeepSpeed with pccl.
+
+DeepSpeed's launcher has no ``--comm_backend`` flag: training scripts declare their flags. With
+
+    parser = argparse.ArgumentParser()
+    pccl_torch.integrations.deepspeed.add_comm_arguments(parser)
+    args = parser.parse_args()
+    deepspeed.init_distributed(dist_backend=args.comm_backend)
+
+``--comm_backend pccl`` makes pccl torch.distributed's default backend, so every collective of ZeRO-1/2/3
+(on every group DeepSpeed creates, with every op) goes through pccl's process group. Launch under MPI
+(``mpiexec -n 4 python train.py --comm_backend pccl``): DeepSpeed discovers rank, world size and the
+rendezvous address from MPI. For an unchanged script, ``python -m pccl_torch.run train.py ...`` makes
+``pccl`` the backend of every ``deepspeed.init_distributed`` / ``deepspeed.initialize`` call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+BACKENDS = ("nccl", "gloo", "mpi", "pccl")
+
+
+def add_comm_arguments(parser: argparse.ArgumentParser, default: str = "pccl") -> argparse.ArgumentParser:
+    """Add ``--comm_backend {nccl,gloo,mpi,pccl}`` to a training script's parser."""
+    parser.add_argument("--comm_backend", choices=BACKENDS, default=default,
+                        help=f"torch.distributed backend for deepspeed.init_distributed (default {default})")
+    return parser
+
+
+def force_backend(backend: str = "pccl") -> None:
+    """Make ``deepspeed.init_distributed`` use ``backend`` whatever its caller passes (zero-code route)."""
+    import deepspeed
+    import deepspeed.comm.comm as ds_comm
+
+    original = ds_comm.init_distributed
+    if getattr(original, "__pccl_forced__", None) == backend:
+        return
+
+    @functools.wraps(original)
+    def init_distributed(*args, **kwargs):
+        kwargs.pop("dist_backend", None)
+        if args:
+            args = args[1:]
+        return original(backend, *args, **kwargs)
+
+    init_distributed.__pccl_forced__ = backend  # type: ignore[attr-defined]
+    ds_comm.init_distributed = init_distributed
+    deepspeed.comm.init_distributed = init_distributed
+    deepspeed.init_distributed = init_distributed

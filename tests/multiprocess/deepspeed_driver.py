@@ -1,0 +1,70 @@
+"""DeepSpeed ZeRO-1, -2 and -3 on a tiny model, under mpiexec, with --comm_backend pccl or gloo.
+
+Rank 0 writes --json: losses and final parameters per stage, and pccl's counters (pccl backend).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+import deepspeed
+import torch
+import torch.distributed as dist
+
+import pccl_torch as pc
+from pccl_torch.integrations.deepspeed import add_comm_arguments
+from pccl_torch.integrations.torch_backend import PcclProcessGroup, communicator_of
+
+
+def run_stage(stage: int, rank: int, world: int, steps: int = 5) -> tuple[list[float], list[float]]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
+    config = {
+        "train_batch_size": 4 * world, "train_micro_batch_size_per_gpu": 4,
+        "zero_optimization": {"stage": stage}, "gradient_clipping": 0.0,
+        "zero_force_ds_cpu_optimizer": False, "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.05),
+                                           config=config)
+    g = torch.Generator().manual_seed(100 + rank)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(4, 12, generator=g), torch.randn(4, 1, generator=g)
+        loss = torch.nn.functional.mse_loss(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    if stage == 3:
+        with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+            params = torch.cat([p.detach().flatten().clone() for p in engine.module.parameters()])
+    else:
+        params = torch.cat([p.detach().flatten() for p in engine.module.parameters()])
+    return losses, params.tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    add_comm_arguments(parser)
+    parser.add_argument("--stages", default="1,2,3")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+    deepspeed.init_distributed(dist_backend=args.comm_backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    result: dict = {"backend": args.comm_backend, "default_group": type(dist.group.WORLD).__name__, "stages": {}}
+    for stage in map(int, args.stages.split(",")):
+        losses, params = run_stage(stage, rank, world)
+        result["stages"][stage] = {"losses": losses, "params": params}
+    if isinstance(dist.group.WORLD, PcclProcessGroup):
+        result["pccl_calls"] = pc.stats(communicator_of(None))["calls"]
+    if rank == 0 and args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""DeepSpeed ZeRO-1/2/3 with --comm_backend pccl (and through the zero-code route) against gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from .conftest import HERE, ROOT, launch
+
+pytest.importorskip("deepspeed", reason="make test installs the [deepspeed] extra")
+
+# DeepSpeed compiles its CPU shared-memory extension once (~30 s); keep it between runs.
+EXTENSIONS = {"TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")),
+              "DS_ACCELERATOR": "cpu"}
+
+
+def _run(ranks: int, local_size: int, tmp_path, name: str, *args: str, zero_code: bool = False) -> dict:
+    out = tmp_path / f"{name}.json"
+    if zero_code:  # python -m pccl_torch.run driver.py ... : the script asks for gloo, pccl is forced
+        result = launch("-m", ranks, "pccl_torch.run", str(HERE / "deepspeed_driver.py"), *args, "--json", str(out),
+                        local_size=local_size, env=EXTENSIONS, timeout_s=900)
+    else:
+        result = launch("deepspeed_driver.py", ranks, *args, "--json", str(out), local_size=local_size,
+                        env=EXTENSIONS, timeout_s=900)
+    assert out.exists(), f"{name}: no result (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    return json.loads(out.read_text())
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("ranks,local_size", [(2, 1), (4, 2)], ids=["n2-L1", "n4-L2"])
+def test_zero_stages_with_pccl_match_gloo(ranks: int, local_size: int, tmp_path) -> None:
+    gloo = _run(ranks, local_size, tmp_path, "gloo", "--comm_backend", "gloo")
+    pccl = _run(ranks, local_size, tmp_path, "pccl", "--comm_backend", "pccl")
+    assert pccl["default_group"] == "PcclProcessGroup" and gloo["default_group"] != "PcclProcessGroup"
+    calls = pccl["pccl_calls"]
+    assert min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter", "all_reduce")) > 0, calls
+    for stage in ("1", "2", "3"):
+        assert pccl["stages"][stage]["losses"] == pytest.approx(gloo["stages"][stage]["losses"], rel=1e-5, abs=1e-6)
+        assert pccl["stages"][stage]["params"] == pytest.approx(gloo["stages"][stage]["params"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.multiprocess
+def test_zero_code_route_makes_an_unchanged_script_use_pccl(tmp_path) -> None:
+    forced = _run(2, 1, tmp_path, "forced", "--comm_backend", "gloo", "--stages", "3", zero_code=True)
+    assert forced["default_group"] == "PcclProcessGroup"
+    assert forced["pccl_calls"].get("all_gather", 0) > 0
