@@ -13,6 +13,7 @@ Creating a subgroup involves only its members: the MPI communicator comes from `
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -64,6 +65,13 @@ class PcclProcessGroup(dist.ProcessGroup):
         self.comm = comm
         self.vendor = vendor
         self._rank, self._size = rank, size
+        #: Calls handed to the vendor group, by ProcessGroup method name: the proof that no all-gather,
+        #: reduce-scatter or all-reduce bypassed pccl is that those names never appear here.
+        self.delegated: Counter[str] = Counter()
+
+    def _to_vendor(self, method: str, *args):
+        self.delegated[method] += 1
+        return getattr(self.vendor, method)(*args)
 
     # -- identity ---------------------------------------------------------------------------------------
     def rank(self) -> int:
@@ -89,7 +97,7 @@ class PcclProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
         if not self._ours(*tensors):
-            return self.vendor.allreduce(tensors, opts)
+            return self._to_vendor("allreduce", tensors, opts)
         works = [api.all_reduce(t, opts.reduceOp, async_op=True, comm=self.comm) for t in tensors]
         return _as_work(works[-1], tensors)  # issued in order: the last one completes last
 
@@ -100,7 +108,7 @@ class PcclProcessGroup(dist.ProcessGroup):
     # -- all-gather -------------------------------------------------------------------------------------
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's signature
         if not self._ours(output, input):
-            return self.vendor._allgather_base(output, input)
+            return self._to_vendor("_allgather_base", output, input)
         return _as_work(api.all_gather_into_tensor(output, input, async_op=True, comm=self.comm), output)
 
     all_gather_single = _allgather_base
@@ -117,7 +125,7 @@ class PcclProcessGroup(dist.ProcessGroup):
             raise ValueError("pccl supports one tensor per rank in all_gather (multi-device lists are not supported)")
         outputs, inp = output_lists[0], inputs[0]
         if not self._ours(inp, *outputs):
-            return self.vendor.allgather(output_lists, inputs)
+            return self._to_vendor("allgather", output_lists, inputs)
         flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
         work = api.all_gather_into_tensor(flat, inp.contiguous(), async_op=True, comm=self.comm)
 
@@ -131,7 +139,7 @@ class PcclProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's signature
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         if not self._ours(output, input):
-            return self.vendor._reduce_scatter_base(output, input, opts)
+            return self._to_vendor("_reduce_scatter_base", output, input, opts)
         return _as_work(api.reduce_scatter_tensor(output, input, opts.reduceOp, async_op=True, comm=self.comm),
                         output)
 
@@ -150,13 +158,14 @@ class PcclProcessGroup(dist.ProcessGroup):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
         out, parts = outputs[0], input_lists[0]
         if not self._ours(out, *parts):
-            return self.vendor.reduce_scatter(outputs, input_lists, opts)
+            return self._to_vendor("reduce_scatter", outputs, input_lists, opts)
         flat = torch.cat([p.reshape(-1) for p in parts])
         return _as_work(api.reduce_scatter_tensor(out, flat, opts.reduceOp, async_op=True, comm=self.comm), outputs)
 
 
 def _delegate(name: str, target: str):
     def call(self, *args, **kwargs):
+        self.delegated[name] += 1
         return getattr(self.vendor, target)(*args, **kwargs)
 
     call.__name__ = name
@@ -212,6 +221,19 @@ def register() -> None:
     """Register ``pccl`` with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True, devices=["cpu", "cuda"])
+
+
+ROUTED = ("allreduce", "allreduce_coalesced", "_allgather_base", "allgather", "allgather_into_tensor_coalesced",
+          "_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced")
+
+
+def bypassed(group: dist.ProcessGroup | None = None) -> dict[str, int]:
+    """All-gathers, reduce-scatters and all-reduces of a pccl group that went to the vendor group
+    (tensors on a device pccl does not serve); empty when every one ran through pccl."""
+    pg = group if group is not None else dist.group.WORLD
+    if not isinstance(pg, PcclProcessGroup):
+        raise TypeError(f"{pg!r} is not a pccl process group (create it with backend='pccl')")
+    return {name: n for name, n in pg.delegated.items() if name in ROUTED}
 
 
 def communicator_of(group: dist.ProcessGroup | None) -> Communicator:

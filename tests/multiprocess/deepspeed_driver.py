@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 import pccl_torch as pc
 from pccl_torch.integrations.deepspeed import add_comm_arguments
-from pccl_torch.integrations.torch_backend import PcclProcessGroup, communicator_of
+from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed, communicator_of
 
 
 def run_stage(stage: int, rank: int, world: int, steps: int = 5) -> tuple[list[float], list[float]]:
@@ -60,6 +60,8 @@ def main() -> None:
         result["stages"][stage] = {"losses": losses, "params": params}
     if isinstance(dist.group.WORLD, PcclProcessGroup):
         result["pccl_calls"] = pc.stats(communicator_of(None))["calls"]
+        result["bypassed"] = bypassed(None)
+        result["delegated"] = dict(dist.group.WORLD.delegated)
     if rank == 0 and args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh)

@@ -37,6 +37,7 @@ def test_zero_stages_with_pccl_match_gloo(ranks: int, local_size: int, tmp_path)
     assert pccl["default_group"] == "PcclProcessGroup" and gloo["default_group"] != "PcclProcessGroup"
     calls = pccl["pccl_calls"]
     assert min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter", "all_reduce")) > 0, calls
+    assert pccl["bypassed"] == {}, pccl["bypassed"]  # no AG/RS/AR reached the vendor group
     for stage in ("1", "2", "3"):
         assert pccl["stages"][stage]["losses"] == pytest.approx(gloo["stages"][stage]["losses"], rel=1e-5, abs=1e-6)
         assert pccl["stages"][stage]["params"] == pytest.approx(gloo["stages"][stage]["params"], rel=1e-5, abs=1e-6)

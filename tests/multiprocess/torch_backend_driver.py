@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pccl_torch as pc
 from pccl_torch.integrations.ddp import allreduce_hook
-from pccl_torch.integrations.torch_backend import PcclProcessGroup, communicator_of
+from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed, communicator_of
 
 
 def close(a: torch.Tensor, b: torch.Tensor, what: str) -> str | None:
@@ -71,6 +71,10 @@ def check_collectives(pg, gloo, rank: int, size: int) -> str | None:
     calls = pc.stats(communicator_of(pg))["calls"]
     if min(calls.get(c, 0) for c in ("all_reduce", "all_gather", "reduce_scatter")) == 0:
         return f"pccl counters missed a collective: {calls}"
+    if bypassed(pg):
+        return f"collectives bypassed pccl to the vendor group: {bypassed(pg)}"
+    if min(pg.delegated.get(n, 0) for n in ("broadcast", "barrier", "all_to_all_single")) == 0:
+        return f"delegated calls not counted: {dict(pg.delegated)}"
     return None
 
 
@@ -100,6 +104,8 @@ def check_ddp(pg, gloo, rank: int) -> str | None:
     pg_losses, pg_params = train(DDP(_model(), process_group=pg), rank)
     if pc.stats(communicator_of(pg))["calls"].get("all_reduce", 0) <= before:
         return "DDP over the pccl group did not all-reduce through pccl"
+    if bypassed(pg):
+        return f"DDP collectives bypassed pccl: {bypassed(pg)}"
     hooked = DDP(_model(), process_group=gloo)
     hooked.register_comm_hook(None, allreduce_hook)
     hook_before = pc.stats()["calls"].get("all_reduce", 0)
