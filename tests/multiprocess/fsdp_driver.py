@@ -16,6 +16,7 @@ from mpi4py import MPI
 from torch.distributed.device_mesh import init_device_mesh
 
 import pccl_torch as pc
+from _training import sgd_steps  # this folder is on sys.path when the driver runs as a script
 from pccl_torch.integrations.fsdp import fully_shard
 
 
@@ -27,17 +28,9 @@ def train(comm: str, rank: int, size: int, steps: int = 5) -> tuple[list[float],
     for layer in (model[0], model[2], model[4]):
         fully_shard(layer, mesh=mesh, comm=comm)
     fully_shard(model, mesh=mesh, comm=comm)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(7 + rank)
-    losses = []
-    for _ in range(steps):
-        x, y = torch.randn(6, 12, generator=g), torch.randn(6, 1, generator=g)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)  # DTensor collectives on FSDP's group
-        opt.step()
-        losses.append(loss.item())
+    # clip_grad_norm_ runs DTensor collectives on FSDP's own group
+    losses = sgd_steps(model, rank, features=12, batch=6, lr=0.05, seed=7, steps=steps,
+                       before_step=lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0))
     return losses, torch.cat([p.full_tensor().flatten() for p in model.parameters()])
 
 
@@ -48,16 +41,7 @@ def train_fsdp1(group, rank: int, steps: int = 5) -> tuple[list[float], torch.Te
     torch.manual_seed(0)
     model = FSDP(torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 1)),
                  process_group=group, device_id=torch.device("cpu"), use_orig_params=True)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(11 + rank)
-    losses = []
-    for _ in range(steps):
-        x, y = torch.randn(6, 12, generator=g), torch.randn(6, 1, generator=g)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = sgd_steps(model, rank, features=12, batch=6, lr=0.05, seed=11, steps=steps)
     with FSDP.summon_full_params(model):
         params = torch.cat([p.detach().flatten() for p in model.parameters()])
     return losses, params

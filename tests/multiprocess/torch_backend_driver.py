@@ -17,6 +17,7 @@ from mpi4py import MPI
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pccl_torch as pc
+from _training import sgd_steps  # this folder is on sys.path when the driver runs as a script
 from pccl_torch.integrations.ddp import allreduce_hook
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed, communicator_of
 
@@ -84,16 +85,7 @@ def _model() -> torch.nn.Module:
 
 
 def train(ddp: DDP, rank: int, steps: int = 5) -> tuple[list[float], torch.Tensor]:
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(100 + rank)
-    losses = []
-    for _ in range(steps):
-        x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = sgd_steps(ddp, rank, features=8, batch=4, lr=0.1, seed=100, steps=steps)
     return losses, torch.cat([p.detach().flatten() for p in ddp.parameters()])
 
 
