@@ -7,6 +7,7 @@ returns ``None`` (blocking) or a :class:`~pccl_torch.work.Work` (``async_op=True
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -28,7 +29,12 @@ ALGO_ENV = "PCCL_ALGO"
 
 def _env_overrides() -> dict[str, str]:
     """``PCCL_ALGO=all_reduce:ring,all_gather:bruck`` as a dict; malformed entries raise."""
-    raw = os.environ.get(ALGO_ENV, "").strip()
+    return _parse_overrides(os.environ.get(ALGO_ENV, "").strip())
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_overrides(raw: str) -> dict[str, str]:
+    """Parsed once per distinct value (every call consults it); callers must not mutate the result."""
     if not raw:
         return {}
     overrides = {}
