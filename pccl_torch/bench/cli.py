@@ -4,6 +4,12 @@
                --json out.json --plot out.png
 
 With ``-np N`` it launches itself under ``mpiexec -n N``; inside an existing MPI launch it runs there.
+With ``--testbed`` (after ``pccl-testbed up``) the N ranks run in the testbed's network namespaces,
+``--local-size`` per namespace, and pccl detects the nodes itself:
+
+    pccl-bench --testbed -np 4 --local-size 2 -b 1K -e 64M -f 4 --iter-budget 256M \\
+               --backends pccl,pccl:ring,gloo,mpi --json tb.json --plot tb.png
+
 Sizes are bytes of the full buffer (all-gather output, reduce-scatter input, all-reduce buffer).
 """
 
@@ -37,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backends", default="pccl,gloo,mpi",
                    help="comma list of pccl (auto), pccl:<algorithm>, pccl:all, gloo, mpi")
     p.add_argument("-np", "--nprocs", type=int, help="launch this many ranks under mpiexec")
-    p.add_argument("--local-size", type=int, help="ranks per emulated node (PCCL_LOCAL_SIZE)")
+    p.add_argument("--local-size", type=int, help="ranks per emulated node (PCCL_LOCAL_SIZE; with --testbed: "
+                   "ranks per namespace)")
+    p.add_argument("--testbed", nargs="?", const="pccl", metavar="PREFIX",
+                   help="with -np: run in the namespaces of pccl-testbed PREFIX (default pccl)")
+    p.add_argument("--iter-budget", help="bytes per size and backend (e.g. 256M): big sizes run fewer "
+                   "iterations, at most budget / size (at least 3)")
     p.add_argument("--check", action="store_true", help="check every result (#wrong column)")
     p.add_argument("--json", help="write the rows to this JSON file")
     p.add_argument("--plot", help="write a busbw-vs-size plot (PNG) here")
@@ -49,6 +60,23 @@ def inside_mpi_launch() -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
+def ranks_argv(argv: list[str], *, testbed: bool = False) -> list[str]:
+    """The ranks' arguments: ``argv`` without the launch flags (``-np``, ``--testbed [PREFIX]``) and, on the
+    testbed, without ``--local-size`` (there the ranks detect their nodes)."""
+    dropped = ("-np", "--nprocs", "--testbed") + (("--local-size",) if testbed else ())
+    rest, i = [], 0
+    while i < len(argv):
+        item = argv[i]
+        if item in dropped:  # the flag and its value (--testbed's is optional)
+            has_value = item != "--testbed" or (i + 1 < len(argv) and not argv[i + 1].startswith("-"))
+            i += 2 if has_value else 1
+            continue
+        if not item.startswith(tuple(f"{d}=" for d in dropped)):
+            rest.append(item)
+        i += 1
+    return rest
+
+
 def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
     """Run this command again under ``mpiexec -n args.nprocs`` (without -np)."""
     mpiexec = Path(sys.prefix) / "bin" / "mpiexec"
@@ -56,19 +84,24 @@ def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
     if not launcher:
         print("pccl-bench: no mpiexec found; install pccl-torch (it brings the mpich wheel)", file=sys.stderr)
         return 2
-    rest, skip = [], False
-    for item in argv:
-        if skip:
-            skip = False
-        elif item in ("-np", "--nprocs"):
-            skip = True
-        elif not item.startswith(("-np=", "--nprocs=")):
-            rest.append(item)
     env = dict(os.environ)
     env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    program = [sys.executable, "-m", "pccl_torch.bench.cli", *ranks_argv(argv, testbed=bool(args.testbed))]
+    if args.testbed:
+        from pccl_torch.testbed import launch
+        from pccl_torch.testbed.net import TestbedError
+
+        try:
+            config = launch.require(args.testbed)
+            command = launch.mpiexec_command(config, program, nprocs=args.nprocs, per_node=args.local_size,
+                                             mpiexec=launcher)
+        except TestbedError as exc:
+            print(f"pccl-bench: {exc}", file=sys.stderr)
+            return 2
+        return subprocess.run(command, env=launch.run_environment(config, env)).returncode
     if args.local_size:
         env["PCCL_LOCAL_SIZE"] = str(args.local_size)
-    command = [launcher, "-n", str(args.nprocs), sys.executable, "-m", "pccl_torch.bench.cli", *rest]
+    command = [launcher, "-n", str(args.nprocs), *program]
     return subprocess.run(command, env=env).returncode
 
 
@@ -77,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.nprocs and not inside_mpi_launch():
         return relaunch(args, argv)
+    if args.testbed and not inside_mpi_launch():
+        print("pccl-bench: --testbed needs -np N (the ranks to launch into the testbed)", file=sys.stderr)
+        return 2
 
     import pccl_torch as pc
     from pccl_torch.bench import report
@@ -88,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes=tuple(size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)),
         dtype=getattr(torch, args.dtype), warmup=args.warmup, iters=args.iters,
         backends=args.backends, check=args.check,
+        iter_budget=parse_size(args.iter_budget) if args.iter_budget else None,
     )
     try:
         validate_backends(settings.backends, settings.collectives)

@@ -29,6 +29,16 @@ class Settings:
     iters: int
     backends: str
     check: bool
+    iter_budget: int | None = None
+    """Bytes per size and backend: above ``iter_budget / iters`` bytes, fewer iterations (see ``counts``)."""
+
+    def counts(self, nbytes: int) -> tuple[int, int]:
+        """(warm-up, timed) iterations at ``nbytes``: ``warmup`` and ``iters``; with ``iter_budget``, at most
+        ``iter_budget // nbytes`` timed (but at least 3) and a third as many warm-up (at least 1)."""
+        if self.iter_budget is None:
+            return self.warmup, self.iters
+        iters = min(self.iters, max(3, self.iter_budget // max(nbytes, 1)))
+        return min(self.warmup, max(1, iters // 3)), iters
 
 
 def bus_factor(collective: str, ranks: int) -> float:
@@ -115,20 +125,21 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         bufs = _Buffers(collective, total, ranks, settings.dtype)
         backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True)
         calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
-        samples = np.zeros((len(backends), settings.iters))
+        warmup, iters = settings.counts(nbytes)
+        samples = np.zeros((len(backends), iters))
         # A new order every iteration (the same on every rank: collectives must be issued in the same
         # order everywhere), so that no backend always follows the same one: on an oversubscribed machine
         # a call right after a gloo collective runs measurably slower.
         order = np.random.default_rng(len(plan) * 7919 + size)
-        for it in range(settings.warmup + settings.iters):
+        for it in range(warmup + iters):
             for i in order.permutation(len(calls)):
                 call = calls[i]
                 bufs.reset()
                 world.Barrier()
                 start = MPI.Wtime()
                 call()
-                if it >= settings.warmup:
-                    samples[i, it - settings.warmup] = MPI.Wtime() - start
+                if it >= warmup:
+                    samples[i, it - warmup] = MPI.Wtime() - start
         slowest = np.empty_like(samples)
         world.Allreduce(samples, slowest, op=MPI.MAX)  # a collective ends when its last rank does
         for i, (backend, call) in enumerate(zip(backends, calls)):
@@ -145,7 +156,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "size_bytes": nbytes, "count": total, "dtype": str(settings.dtype).removeprefix("torch."),
                 "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
-                "iters": settings.iters, "warmup": settings.warmup, "hostname": host, "versions": info,
+                "iters": iters, "warmup": warmup, "hostname": host, "versions": info,
             })
         if bar:
             bar.update()

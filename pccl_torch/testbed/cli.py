@@ -1,0 +1,112 @@
+"""pccl-testbed: emulated nodes on one machine (network namespaces joined by rate-shaped links), and MPI
+launches into them. Needs root and iproute2 (ip, tc).
+
+    pccl-testbed up --nodes 2 --rate 1gbit          # build (idempotent); --rate 200mbit, --burst, --delay
+    pccl-testbed status                             # what exists, what is wrong; exit 1 unless up
+    pccl-testbed probe                              # MPI Sendrecv rate inside a node and between nodes
+    pccl-testbed run -np 4 -- python train.py       # 2 ranks per node; pccl detects the nodes itself
+    pccl-bench --testbed -np 4 --local-size 2 ...   # the benchmark across the testbed
+    pccl-testbed down                               # remove everything with the prefix (also after a crash)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+
+from pccl_torch.testbed import launch, net
+from pccl_torch.testbed.net import DEFAULT_PREFIX, TestbedConfig, TestbedError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pccl-testbed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    def with_prefix(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--prefix", default=DEFAULT_PREFIX,
+                       help=f"names of the namespaces, <prefix>-hub and <prefix>-n<k> (default {DEFAULT_PREFIX})")
+        return p
+
+    up = with_prefix(sub.add_parser("up", help="build the testbed (idempotent)"))
+    up.add_argument("--nodes", type=int, default=2, help="node namespaces (default 2)")
+    up.add_argument("--rate", help="link rate each way in tc units (1gbit, 200mbit); default unshaped")
+    up.add_argument("--burst", type=int, help="tbf bucket in bytes (default: 1 ms at the rate, >= 32 KiB)")
+    up.add_argument("--latency", default="50ms", help="tbf queue limit as a time (default 50ms)")
+    up.add_argument("--delay", help="one-way delay per link end (netem; refused where the kernel lacks it)")
+    up.add_argument("--subnet", default=net.DEFAULT_SUBNET, help=f"node addresses (default {net.DEFAULT_SUBNET})")
+    with_prefix(sub.add_parser("down", help="remove everything with the prefix"))
+    st = with_prefix(sub.add_parser("status", help="show the testbed; exit 1 unless it is up and complete"))
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    for name, text in (("run", "run a command as MPI ranks in the namespaces"),
+                       ("probe", "measure MPI Sendrecv rates inside a node and between nodes")):
+        p = with_prefix(sub.add_parser(name, help=text))
+        p.add_argument("-np", "--nprocs", type=int, help="ranks (default: ppn x nodes)")
+        p.add_argument("--ppn", type=int, help="ranks per node (default: ranks / nodes; probe: 2)")
+        p.add_argument("--mpiexec", help="mpiexec to use (default: this environment's)")
+        if name == "run":
+            p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+        else:
+            p.add_argument("--mbytes", type=float, default=8, help="MiB per direction (default 8)")
+    return parser
+
+
+def _print_status(found: net.Status) -> None:
+    config = found.config
+    state = "up" if found.up else ("absent" if not found.namespaces and config is None else "BROKEN")
+    print(f"testbed {found.prefix}: {state}" + (f" ({config.describe()})" if config else ""))
+    for node in found.nodes:
+        print(f"  {node.namespace:<12} {node.address or 'no address':<16} processes {len(node.pids)}")
+        print(f"    out (node -> hub): {node.qdisc_out or 'unshaped'}")
+        print(f"    in  (hub -> node): {node.qdisc_in or 'unshaped'}")
+    for problem in found.problems:
+        print(f"  problem: {problem}")
+    if found.problems:
+        print(f"  fix: pccl-testbed down --prefix {found.prefix}, then up again")
+
+
+def _launch(args: argparse.Namespace, command: list[str]) -> int:
+    config = launch.require(args.prefix)
+    line = launch.mpiexec_command(config, command, nprocs=args.nprocs, per_node=args.ppn, mpiexec=args.mpiexec)
+    return subprocess.run(line, env=launch.run_environment(config)).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.action == "up":
+            config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
+                                   delay=args.delay, prefix=args.prefix, subnet=args.subnet)
+            built = net.up(config)
+            print(f"testbed {config.prefix} {'up' if built else 'already up'}: {config.describe()}")
+            return 0
+        if args.action == "down":
+            removed = net.down(args.prefix)
+            print(f"testbed {args.prefix} down: " + (f"removed {', '.join(removed)}" if removed else "nothing found"))
+            return 0
+        if args.action == "status":
+            found = net.status(args.prefix)
+            if args.json:
+                print(json.dumps({**asdict(found), "up": found.up}, indent=1))
+            else:
+                _print_status(found)
+            return 0 if found.up else 1
+        if args.action == "probe":
+            if args.ppn is None and args.nprocs is None:
+                args.ppn = 2
+            return _launch(args, [sys.executable, "-m", "pccl_torch.testbed.probe", "--mbytes", str(args.mbytes)])
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not command:
+            print("pccl-testbed run: no command given (pccl-testbed run -np 4 -- python script.py)", file=sys.stderr)
+            return 2
+        return _launch(args, command)
+    except (TestbedError, ValueError) as exc:
+        print(f"pccl-testbed: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

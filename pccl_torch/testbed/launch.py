@@ -1,0 +1,121 @@
+"""Launching MPI ranks into the testbed's namespaces with MPICH's hydra.
+
+``mpiexec`` itself runs in node 0's namespace, with the nodes' addresses as its host list
+(``-hosts 10.77.0.1:L,10.77.0.2:L,...``: blocks of L consecutive ranks per node). Hydra starts its proxy
+on node 0 directly (the address is local there) and on every other node through its ssh launcher, whose
+executable is the script :func:`write_launcher` makes: hydra calls it as ``<script> -x <host> <command>``
+and it runs the command in that host's namespace (``ip netns exec``), as ssh would on another machine.
+
+Hydra's host list is MPICH's node map: ranks of different namespaces are on different nodes for MPI
+(``MPI_COMM_TYPE_SHARED`` splits by namespace, so pccl's topology needs no ``PCCL_LOCAL_SIZE``), and
+MPICH's shared-memory transport is used only inside a namespace. Between namespaces MPICH uses its
+netmod; UCX, MPICH's default here, would still find the other namespace's ranks through shared memory
+(same machine), so :func:`environment` restricts it to TCP on the node's link (``UCX_TLS=tcp,self``,
+``UCX_NET_DEVICES=pccl0``; ``FI_PROVIDER=tcp``/``FI_TCP_IFACE`` for the OFI netmod), and that traffic
+crosses the shaped links. torch.distributed's rendezvous and gloo use node 0's address and the node's
+link (``MASTER_ADDR``, ``GLOO_SOCKET_IFNAME``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from pccl_torch.testbed.net import NODE_IFACE, TestbedConfig, TestbedError, ip_path, load_config
+
+LAUNCHER = "launcher"
+
+
+def write_launcher(config: TestbedConfig) -> Path:
+    """Write hydra's ssh-launcher stand-in for ``config`` (host address -> ``ip netns exec``)."""
+    cases = "\n".join(f"  {config.address(k)}) ns={config.namespace(k)} ;;" for k in range(config.nodes))
+    script = f"""#!/bin/sh
+# pccl-testbed {config.prefix}: MPICH hydra's ssh launcher calls `<this> -x <host> <command words>`.
+# Run the command in the host's network namespace, through a shell, as ssh would on the host.
+while [ "${{1#-}}" != "$1" ]; do shift; done
+host=$1
+shift
+case "$host" in
+{cases}
+  *) echo "pccl-testbed: host $host is not a node of testbed {config.prefix}" >&2; exit 255 ;;
+esac
+exec {ip_path()} netns exec "$ns" /bin/sh -c "$*"
+"""
+    path = config.state_dir / LAUNCHER
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(script)
+    path.chmod(0o755)
+    return path
+
+
+def environment(config: TestbedConfig) -> dict[str, str]:
+    """Variables every rank needs so that inter-node traffic takes the node's shaped link."""
+    return {
+        "MPIR_CVAR_CH4_NETMOD": "ofi",
+        "FI_PROVIDER": "tcp",
+        "FI_TCP_IFACE": NODE_IFACE,
+        "UCX_TLS": "tcp,self",
+        "UCX_NET_DEVICES": NODE_IFACE,
+        "GLOO_SOCKET_IFNAME": NODE_IFACE,
+        "MASTER_ADDR": config.address(0),
+    }
+
+
+def layout(config: TestbedConfig, nprocs: int | None, per_node: int | None) -> tuple[int, int]:
+    """(ranks, ranks per node) from what was given: ``-np`` alone spreads over every node; ``--ppn`` alone
+    fills every node; both use ``nprocs / per_node`` nodes."""
+    if nprocs is None and per_node is None:
+        per_node = 1
+    if nprocs is None:
+        nprocs = per_node * config.nodes
+    if per_node is None:
+        if nprocs % config.nodes:
+            raise TestbedError(f"{nprocs} ranks do not divide evenly over {config.nodes} nodes: give the ranks "
+                               "per node too (--ppn / --local-size)")
+        per_node = nprocs // config.nodes
+    if nprocs < 1 or per_node < 1 or nprocs % per_node:
+        raise TestbedError(f"{nprocs} ranks are not a whole number of nodes of {per_node} ranks")
+    if nprocs // per_node > config.nodes:
+        raise TestbedError(f"{nprocs} ranks at {per_node} per node need {nprocs // per_node} nodes; testbed "
+                           f"{config.prefix} has {config.nodes} (pccl-testbed up --nodes {nprocs // per_node})")
+    return nprocs, per_node
+
+
+def default_mpiexec() -> str:
+    """The mpiexec of this Python environment (the mpich wheel's), else the one on PATH."""
+    candidate = Path(sys.prefix) / "bin" / "mpiexec"
+    found = str(candidate) if candidate.exists() else shutil.which("mpiexec")
+    if not found:
+        raise TestbedError("no mpiexec found: install pccl-torch (it brings the mpich wheel's mpiexec)")
+    return found
+
+
+def mpiexec_command(config: TestbedConfig, command: list[str], *, nprocs: int | None = None,
+                    per_node: int | None = None, mpiexec: str | None = None) -> list[str]:
+    """The command line running ``command`` as ``nprocs`` ranks, ``per_node`` per namespace (blocks)."""
+    nprocs, per_node = layout(config, nprocs, per_node)
+    launcher = config.state_dir / LAUNCHER
+    if not launcher.exists():
+        raise TestbedError(f"testbed {config.prefix} is not up ({launcher} missing): pccl-testbed up")
+    hosts = ",".join(f"{config.address(k)}:{per_node}" for k in range(nprocs // per_node))
+    return [ip_path(), "netns", "exec", config.namespace(0), mpiexec or default_mpiexec(), "-hosts", hosts,
+            "-launcher", "ssh", "-launcher-exec", str(launcher), "-n", str(nprocs), *command]
+
+
+def run_environment(config: TestbedConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with the testbed's variables and without
+    ``PCCL_LOCAL_SIZE``, so that pccl detects the nodes from the namespaces."""
+    env = dict(os.environ if base is None else base)
+    env.pop("PCCL_LOCAL_SIZE", None)
+    env.update(environment(config))
+    return env
+
+
+def require(prefix: str) -> TestbedConfig:
+    """The configuration of testbed ``prefix``; ``TestbedError`` when it is not up."""
+    config = load_config(prefix)
+    if config is None:
+        raise TestbedError(f"testbed {prefix} is not up: pccl-testbed up --prefix {prefix} --nodes N --rate R")
+    return config

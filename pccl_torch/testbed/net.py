@@ -1,0 +1,417 @@
+"""Emulated nodes as Linux network namespaces joined by shaped links (glue around ``ip`` and ``tc``).
+
+Layout of testbed ``pccl`` with N nodes (every name carries the prefix, so ``down`` finds them all)::
+
+    pccl-n0 [pccl0 10.77.0.1/24] ==veth== [n0] \\
+    pccl-n1 [pccl0 10.77.0.2/24] ==veth== [n1]  br0 in namespace pccl-hub (no address)
+    ...                                         /
+
+Each link is shaped in both directions: a ``tbf`` qdisc (rate, burst, queue latency) on the node's end
+(node -> hub) and on the hub's end (hub -> node); with ``delay``, a ``netem`` qdisc (delay and rate) instead,
+where the kernel has netem. Nothing is created in the caller's namespace: removing the namespaces removes
+every link, so ``down`` also cleans up after a crash. Ranks of one namespace talk through loopback and
+shared memory (fast, like the inside of a node); ranks of different namespaces cross two shaped links.
+
+The state of testbed ``P`` (its configuration and the launcher script of :mod:`pccl_torch.testbed.launch`)
+lives in ``/run/pccl-testbed/P``; ``/etc/netns/P-nK/hosts`` maps the machine's hostname to the node's
+address inside namespace ``P-nK`` (``ip netns exec`` mounts it over ``/etc/hosts``), so programs that
+resolve their own hostname (gloo, c10d) find the node's address rather than loopback.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+NODE_IFACE = "pccl0"
+"""Name of the link inside every node namespace (``GLOO_SOCKET_IFNAME``, ``UCX_NET_DEVICES``)."""
+BRIDGE = "br0"
+STATE_ROOT = Path("/run/pccl-testbed")
+NETNS_ETC = Path("/etc/netns")
+DEFAULT_PREFIX = "pccl"
+DEFAULT_SUBNET = "10.77.0.0/24"
+
+_PREFIX = re.compile(r"^[a-z][a-z0-9]{0,11}$")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps)\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_MIN_BURST = 32 << 10
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be built, found or removed; the message says why and what to do."""
+
+    __test__ = False  # not a pytest test class
+
+
+def parse_rate(text: str) -> int:
+    """``"1gbit"`` -> 10**9 bits/s, ``"200mbit"``, ``"100mbps"`` (bytes) -> 8 * 10**8 (tc's SI units)."""
+    match = _RATE.match(text)
+    if not match:
+        raise ValueError(f"cannot read rate {text!r}: expected a number and a tc unit, e.g. 1gbit, 200mbit, 100mbps")
+    value = float(match.group(1)) * _SCALE[match.group(2).lower()] * (8 if match.group(3).lower() == "bps" else 1)
+    if value < 8000:
+        raise ValueError(f"rate {text!r} is below 8 kbit/s")
+    return int(value)
+
+
+def format_rate(bits_per_s: int) -> str:
+    """10**9 -> ``"1gbit"``; 2 * 10**8 -> ``"200mbit"``."""
+    for unit, scale in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits_per_s % scale == 0:
+            return f"{bits_per_s // scale}{unit}"
+    return f"{bits_per_s}bit"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TestbedConfig:
+    """What ``up`` builds."""
+
+    __test__ = False
+
+    nodes: int = 2
+    """Number of node namespaces."""
+    rate: str | None = None
+    """Link rate in each direction (tc units: ``1gbit``, ``200mbit``); None leaves links unshaped."""
+    burst: int | None = None
+    """tbf bucket in bytes; None: one millisecond at the rate, at least 32 KiB."""
+    latency: str = "50ms"
+    """tbf queue limit, as time spent waiting (packets beyond it are dropped)."""
+    delay: str | None = None
+    """One-way delay added on each link end (``1ms``); needs netem in the kernel."""
+    prefix: str = DEFAULT_PREFIX
+    """Names: namespaces ``<prefix>-hub`` and ``<prefix>-n<k>``, state in ``/run/pccl-testbed/<prefix>``."""
+    subnet: str = DEFAULT_SUBNET
+    """Node ``k`` gets the subnet's host address ``k + 1``."""
+
+    def __post_init__(self) -> None:
+        if not _PREFIX.match(self.prefix):
+            raise ValueError(f"prefix {self.prefix!r} must be 1-12 lower-case letters and digits, starting "
+                             "with a letter")
+        network = ipaddress.ip_network(self.subnet, strict=False)
+        if not isinstance(network, ipaddress.IPv4Network):
+            raise ValueError(f"subnet {self.subnet!r} must be IPv4")
+        if not 1 <= self.nodes <= min(network.num_addresses - 2, 250):
+            raise ValueError(f"nodes must be between 1 and {min(network.num_addresses - 2, 250)} for subnet "
+                             f"{self.subnet}, got {self.nodes}")
+        if self.rate is not None:
+            parse_rate(self.rate)
+        if self.burst is not None and self.burst < 1500:
+            raise ValueError(f"burst must be at least one packet (1500 bytes), got {self.burst}")
+        if self.delay is not None and not re.match(r"^\d+(\.\d+)?(us|ms|s)$", self.delay):
+            raise ValueError(f"delay {self.delay!r} must be a time such as 500us or 2ms")
+
+    @property
+    def rate_bits(self) -> int | None:
+        """Link rate in bits per second (None: unshaped)."""
+        return None if self.rate is None else parse_rate(self.rate)
+
+    @property
+    def burst_bytes(self) -> int | None:
+        """The tbf bucket actually used."""
+        if self.rate is None:
+            return None
+        return self.burst or max(_MIN_BURST, self.rate_bits // 8 // 1000)
+
+    @property
+    def hub(self) -> str:
+        return f"{self.prefix}-hub"
+
+    def namespace(self, node: int) -> str:
+        """Namespace of ``node``."""
+        return f"{self.prefix}-n{node}"
+
+    def address(self, node: int) -> str:
+        """Address of ``node`` (without the prefix length)."""
+        return str(ipaddress.ip_network(self.subnet, strict=False)[node + 1])
+
+    @property
+    def prefixlen(self) -> int:
+        return ipaddress.ip_network(self.subnet, strict=False).prefixlen
+
+    @property
+    def state_dir(self) -> Path:
+        return STATE_ROOT / self.prefix
+
+    def describe(self) -> str:
+        """``2 nodes, 1gbit links (tbf burst 125000 B, latency 50ms)``."""
+        if self.rate is None:
+            link = "unshaped links"
+        elif self.delay:
+            link = f"{format_rate(self.rate_bits)} links with {self.delay} delay (netem)"
+        else:
+            link = f"{format_rate(self.rate_bits)} links (tbf burst {self.burst_bytes} B, latency {self.latency})"
+        return f"{self.nodes} nodes, {link}, subnet {self.subnet}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """One node namespace as found."""
+
+    namespace: str
+    address: str | None
+    """Address on the node's link (None: missing)."""
+    qdisc_out: str | None
+    """Shaping of node -> hub (tc's line for the node's end)."""
+    qdisc_in: str | None
+    """Shaping of hub -> node (tc's line for the hub's end)."""
+    pids: list[int] = field(default_factory=list)
+    """Processes running in the namespace."""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """What exists of testbed ``prefix``."""
+
+    prefix: str
+    config: TestbedConfig | None
+    """As written by ``up`` (None: no state file, e.g. a crashed ``up``)."""
+    namespaces: list[str]
+    """Every namespace with the prefix."""
+    nodes: list[NodeStatus]
+    problems: list[str]
+    """Empty when the testbed is complete and matches its configuration."""
+
+    @property
+    def up(self) -> bool:
+        return self.config is not None and not self.problems
+
+
+def check_tools() -> None:
+    """Raise ``TestbedError`` saying what is missing when namespaces cannot be made here."""
+    if os.geteuid() != 0:
+        raise TestbedError("the testbed needs root (network namespaces and tc); run it as root, e.g. with sudo")
+    missing = [tool for tool in ("ip", "tc") if not _which(tool)]
+    if missing:
+        raise TestbedError(f"{' and '.join(missing)} not found: install iproute2 "
+                           "(Debian/Ubuntu: apt-get install -y iproute2)")
+
+
+def _which(tool: str) -> str | None:
+    return shutil.which(tool) or next((f"{d}/{tool}" for d in ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
+                                       if os.access(f"{d}/{tool}", os.X_OK)), None)
+
+
+def ip_path() -> str:
+    """Absolute path of ``ip`` (the launcher script calls it with no PATH lookup)."""
+    found = _which("ip")
+    if not found:
+        raise TestbedError("ip not found: install iproute2 (Debian/Ubuntu: apt-get install -y iproute2)")
+    return found
+
+
+def _run(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``ip``/``tc`` (inside ``namespace`` if given); ``TestbedError`` with the command and its stderr."""
+    tool = _which(args[0]) or args[0]
+    command = [tool, *args[1:]] if namespace is None else [ip_path(), "netns", "exec", namespace, tool, *args[1:]]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise TestbedError(f"{args[0]} not found: install iproute2 (apt-get install -y iproute2)") from None
+    if check and result.returncode != 0:
+        raise TestbedError(f"`{' '.join(command)}` failed (exit {result.returncode}): "
+                           f"{(result.stderr or result.stdout).strip()}")
+    return result
+
+
+def namespaces(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Every namespace of testbed ``prefix`` (``<prefix>-hub``, ``<prefix>-n<k>``), nodes in order."""
+    pattern = re.compile(rf"^{re.escape(prefix)}-(hub|n(\d+))$")
+    found = []
+    for line in _run("ip", "netns", "list").stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        match = pattern.match(name)
+        if match:
+            found.append((-1 if match.group(2) is None else int(match.group(2)), name))
+    return [name for _, name in sorted(found)]
+
+
+def netem_available(namespace: str) -> bool:
+    """Whether this kernel has netem (tried on ``namespace``'s loopback, then removed)."""
+    probe = _run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", namespace=namespace,
+                 check=False)
+    if probe.returncode == 0:
+        _run("tc", "qdisc", "del", "dev", "lo", "root", namespace=namespace, check=False)
+    return probe.returncode == 0
+
+
+def _shape(config: TestbedConfig, namespace: str, device: str) -> None:
+    """Shape egress of ``device`` in ``namespace``: tbf at the rate, or netem with delay and rate."""
+    if config.rate is None and config.delay is None:
+        return
+    if config.delay is not None:
+        rate = [] if config.rate is None else ["rate", f"{config.rate_bits}bit"]
+        _run("tc", "qdisc", "replace", "dev", device, "root", "netem", "delay", config.delay, *rate,
+             "limit", "10000", namespace=namespace)
+        return
+    _run("tc", "qdisc", "replace", "dev", device, "root", "tbf", "rate", f"{config.rate_bits}bit", "burst",
+         str(config.burst_bytes), "latency", config.latency, namespace=namespace)
+
+
+def _hosts_text(config: TestbedConfig, node: int) -> str:
+    lines = ["127.0.0.1 localhost", f"{config.address(node)} {socket.gethostname()}"]
+    lines += [f"{config.address(k)} {config.namespace(k)}" for k in range(config.nodes)]
+    # torch's TCPStore sees IPv4 peers as IPv6-mapped addresses and warns when it cannot name them.
+    lines += [f"::ffff:{config.address(k)} {config.namespace(k)}" for k in range(config.nodes)]
+    return "\n".join(lines) + "\n"
+
+
+def up(config: TestbedConfig) -> bool:
+    """Build testbed ``config.prefix`` as configured; returns False when it was already up as configured.
+
+    Idempotent: a complete testbed with the same configuration is left as it is; anything else with the
+    prefix (another configuration, leftovers of a crash) is removed first. On failure, whatever was
+    created is removed and ``TestbedError`` says which command failed.
+    """
+    from pccl_torch.testbed import launch
+
+    check_tools()
+    try:
+        current = status(config.prefix)
+        if current.up and current.config == config:
+            return False
+    except TestbedError:  # an unreadable state file: rebuilt below
+        pass
+    down(config.prefix)
+    try:
+        hub = config.hub
+        _run("ip", "netns", "add", hub)
+        _run("ip", "link", "set", "lo", "up", namespace=hub)
+        _run("ip", "link", "add", BRIDGE, "type", "bridge", namespace=hub)
+        _run("ip", "link", "set", BRIDGE, "up", namespace=hub)
+        if config.delay is not None and not netem_available(hub):
+            raise TestbedError(f"--delay {config.delay} needs the netem qdisc, which this kernel does not have "
+                               "(tc: 'Specified qdisc kind is unknown'); leave out --delay (tbf shapes the rate)")
+        for node in range(config.nodes):
+            ns, hub_end = config.namespace(node), f"n{node}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "set", "lo", "up", namespace=ns)
+            _run("ip", "link", "add", hub_end, "netns", hub, "type", "veth", "peer", "name", NODE_IFACE,
+                 "netns", ns)
+            _run("ip", "link", "set", hub_end, "master", BRIDGE, namespace=hub)
+            _run("ip", "link", "set", hub_end, "up", namespace=hub)
+            _run("ip", "addr", "add", f"{config.address(node)}/{config.prefixlen}", "dev", NODE_IFACE,
+                 namespace=ns)
+            _run("ip", "link", "set", NODE_IFACE, "up", namespace=ns)
+            _shape(config, ns, NODE_IFACE)
+            _shape(config, hub, hub_end)
+            etc = NETNS_ETC / ns
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text(_hosts_text(config, node))
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        launch.write_launcher(config)
+        (config.state_dir / "config.json").write_text(json.dumps(asdict(config), indent=1) + "\n")
+    except BaseException:
+        down(config.prefix)
+        raise
+    return True
+
+
+def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Remove testbed ``prefix``: end the processes left in its namespaces (SIGTERM, then SIGKILL after
+    2 s), delete the namespaces (and with them every link), its ``/etc/netns`` files and its state.
+    Returns the namespaces removed; removing nothing is not an error."""
+    check_tools()
+    found = namespaces(prefix)
+    pids = sorted({pid for ns in found for pid in _pids(ns)})
+    if pids:
+        _signal(pids, signal.SIGTERM)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        _signal([p for p in pids if _alive(p)], signal.SIGKILL)
+    for ns in found:
+        _run("ip", "netns", "delete", ns)
+    for etc in NETNS_ETC.glob(f"{prefix}-*"):
+        if re.match(rf"^{re.escape(prefix)}-(hub|n\d+)$", etc.name):
+            shutil.rmtree(etc, ignore_errors=True)
+    shutil.rmtree(STATE_ROOT / prefix, ignore_errors=True)
+    for folder in (NETNS_ETC, STATE_ROOT):  # ours when empty: ip netns exec needs neither
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+    return found
+
+
+def _pids(namespace: str) -> list[int]:
+    result = _run("ip", "netns", "pids", namespace, check=False)
+    return [int(p) for p in result.stdout.split() if p.isdigit() and int(p) != os.getpid()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def load_config(prefix: str = DEFAULT_PREFIX) -> TestbedConfig | None:
+    """The configuration ``up`` wrote for ``prefix`` (None when there is none)."""
+    path = STATE_ROOT / prefix / "config.json"
+    try:
+        return TestbedConfig(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise TestbedError(f"{path} is not a testbed configuration ({exc}); run `pccl-testbed down "
+                           f"--prefix {prefix}`") from None
+
+
+def _qdisc(namespace: str, device: str) -> str | None:
+    result = _run("tc", "qdisc", "show", "dev", device, namespace=namespace, check=False)
+    line = result.stdout.strip().splitlines()[0] if result.returncode == 0 and result.stdout.strip() else None
+    return line if line and " root " in line else None
+
+
+def status(prefix: str = DEFAULT_PREFIX) -> Status:
+    """What exists of testbed ``prefix``, and what is wrong with it."""
+    check_tools()
+    config = load_config(prefix)
+    found = namespaces(prefix)
+    problems: list[str] = []
+    nodes: list[NodeStatus] = []
+    expected = [] if config is None else [config.hub] + [config.namespace(k) for k in range(config.nodes)]
+    if config is None and found:
+        problems.append(f"namespaces {', '.join(found)} exist without a configuration (a crashed `up`?)")
+    problems += [f"namespace {ns} is missing" for ns in expected if ns not in found]
+    problems += [f"namespace {ns} is not part of the configuration" for ns in found if expected and
+                 ns not in expected]
+    hub = f"{prefix}-hub"
+    for ns in found:
+        if ns == hub:
+            continue
+        node = int(ns.rsplit("-n", 1)[1])
+        shown = _run("ip", "-o", "-4", "addr", "show", "dev", NODE_IFACE, namespace=ns, check=False).stdout.split()
+        address = shown[shown.index("inet") + 1] if "inet" in shown else None
+        status_ = NodeStatus(ns, address, _qdisc(ns, NODE_IFACE),
+                             _qdisc(hub, f"n{node}") if hub in found else None, _pids(ns))
+        nodes.append(status_)
+        if config is not None and node < config.nodes:
+            want = f"{config.address(node)}/{config.prefixlen}"
+            if address != want:
+                problems.append(f"{ns}: address {address or 'missing'}, expected {want}")
+            kind = None if config.rate is None and config.delay is None else ("netem" if config.delay else "tbf")
+            for where, line in (("node end", status_.qdisc_out), ("hub end", status_.qdisc_in)):
+                if kind and (line is None or f"qdisc {kind} " not in line):
+                    problems.append(f"{ns}: {where} of the link is not shaped by {kind} ({line or 'no qdisc'})")
+    if config is not None and not (config.state_dir / "launcher").exists():
+        problems.append(f"launcher script {config.state_dir / 'launcher'} is missing")
+    return Status(prefix, config, found, nodes, problems)

@@ -1,0 +1,80 @@
+"""MPI probe of a launch's network (run under mpiexec): where the nodes are and how fast MPI moves data
+inside a node and between nodes, one pair of ranks at a time.
+
+    pccl-testbed probe                 # = pccl-testbed run -np 4 -- python -m pccl_torch.testbed.probe
+
+Rank 0 prints one JSON object: ``nodes`` and ``local_size`` as MPI's shared-memory split sees them,
+``netns_per_node`` (how many network namespaces each node's ranks are in, and whether nodes share one),
+and ``intra_mbit``/``inter_mbit``: the median rate of a ``Sendrecv`` of ``--mbytes`` between local
+ranks 0 and 1 of node 0 and between rank 0 of node 0 and rank 0 of node 1, in Mbit/s per direction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+
+
+def sendrecv_rate(world, pair: tuple[int, int], nbytes: int, repeats: int = 3) -> float | None:
+    """Median Mbit/s per direction of a ``Sendrecv`` of ``nbytes`` between the ranks of ``pair``, the others
+    waiting (collective over ``world``); None when ``pair`` is one rank."""
+    from mpi4py import MPI
+
+    rank = world.Get_rank()
+    if pair[0] == pair[1]:
+        return None
+    buf, out = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
+    times = []
+    for _ in range(repeats + 1):  # the first exchange also opens the connection: not timed
+        world.Barrier()
+        start = MPI.Wtime()
+        if rank in pair:
+            peer = pair[1] if rank == pair[0] else pair[0]
+            world.Sendrecv(buf, peer, 7, out, peer, 7)
+        times.append(world.allreduce(MPI.Wtime() - start, op=MPI.MAX))
+    return nbytes * 8 / statistics.median(times[1:]) / 1e6
+
+
+def layout(world) -> dict:
+    """Nodes as MPI's shared-memory split sees them, and the network namespaces of their ranks
+    (collective): ``nodes``, ``local_size``, ``leaders`` (rank of local rank 0 of each node),
+    ``netns_per_node`` (namespaces among each node's ranks) and ``nodes_share_netns``."""
+    from mpi4py import MPI
+
+    rank = world.Get_rank()
+    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    local_rank, local_size = node.Get_rank(), node.Get_size()
+    node.Free()
+    places = world.allgather((local_rank, local_size, os.stat("/proc/self/ns/net").st_ino))
+    leaders = [r for r, (lr, _, _) in enumerate(places) if lr == 0]
+    netns = [sorted({places[r][2] for r in range(lead, lead + places[lead][1])}) for lead in leaders]
+    return {"ranks": world.Get_size(), "nodes": len(leaders), "local_size": local_size, "leaders": leaders,
+            "netns_per_node": [len(n) for n in netns],
+            "nodes_share_netns": len({i for n in netns for i in n}) < sum(len(n) for n in netns)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pccl_torch.testbed.probe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mbytes", type=float, default=8, help="bytes exchanged per direction, in MiB")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    found = layout(world)
+    nbytes = int(args.mbytes * (1 << 20))
+    intra = sendrecv_rate(world, (0, 1), nbytes, args.repeats) if found["local_size"] > 1 else None
+    inter = sendrecv_rate(world, (0, found["leaders"][1]), nbytes, args.repeats) if found["nodes"] > 1 else None
+    if world.Get_rank() == 0:
+        print(json.dumps({**found, "mbytes": args.mbytes, "intra_mbit": intra, "inter_mbit": inter}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
