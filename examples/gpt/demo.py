@@ -1,0 +1,116 @@
+"""Demo: train the example GPT with DeepSpeed ZeRO-3, FSDP2 and DDP on 4 CPU ranks (2 emulated nodes x 2),
+each with gloo and with pccl, then print a side-by-side table and write a loss and step-time plot.
+
+    python examples/gpt/demo.py                          # all three frameworks: ~2.5 min on 2 cores
+    python examples/gpt/demo.py --frameworks deepspeed   # the headline only: ~1 min
+
+Every run is the ordinary training script under ``mpiexec`` (the same seed, so the loss curves of the
+two backends coincide); the demo collects their ``--json`` output into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from report import comparison_table, plot_runs
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+LOG_PREFIX = "gpt: "  # what the scripts' logger writes; everything else (DeepSpeed, builds) goes to the log
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    file: str
+    comm_flag: str
+    steps: int
+    """Default steps in the demo."""
+
+
+SCRIPTS = {
+    "deepspeed": Script("train_deepspeed.py", "--comm_backend", 50),
+    "fsdp": Script("train_fsdp.py", "--comm", 40),
+    "ddp": Script("train_ddp.py", "--comm", 40),
+}
+
+
+def mpiexec() -> str:
+    """The mpiexec next to this Python (the MPI wheel's), else the one on PATH."""
+    candidate = Path(sys.prefix) / "bin" / "mpiexec"
+    found = str(candidate) if candidate.exists() else shutil.which("mpiexec")
+    if not found:
+        raise SystemExit("no mpiexec found: install the project (make install) so the MPI wheel provides it")
+    return found
+
+
+def environment(local_size: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PCCL_LOCAL_SIZE"] = str(local_size)
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))  # DeepSpeed's build, kept
+    env.setdefault("DS_ACCELERATOR", "cpu")
+    env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    env.pop("PCCL_ALGO", None)
+    return env
+
+
+def run(framework: str, comm: str, args: argparse.Namespace) -> dict:
+    """One training run under mpiexec; echoes its step lines, keeps the rest in ``<out>/<name>.log``."""
+    script = SCRIPTS[framework]
+    name = f"{framework}-{comm}"
+    out_json, out_log = args.out / f"{name}.json", args.out / f"{name}.log"
+    steps = args.steps or script.steps
+    command = [mpiexec(), "-n", str(args.ranks), sys.executable, str(HERE / script.file), script.comm_flag, comm,
+               "--steps", str(steps), "--log-every", str(max(1, steps // 4)), "--json", str(out_json)]
+    print(f"\n== {name}: {' '.join(command[3:])}", flush=True)
+    started = time.perf_counter()
+    with out_log.open("w") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=environment(args.local_size), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            log.write(line)
+            if line.startswith(LOG_PREFIX):
+                print("  " + line[len(LOG_PREFIX):], end="", flush=True)
+        code = proc.wait()
+    if code != 0 or not out_json.exists():
+        tail = "".join(out_log.read_text().splitlines(keepends=True)[-30:])
+        raise SystemExit(f"{name} failed (exit {code}); the end of {out_log}:\n{tail}")
+    result = json.loads(out_json.read_text())
+    training = sum(s["seconds"] for s in result["steps"])
+    print(f"  ({time.perf_counter() - started:.0f} s, of which {training:.0f} s training steps)", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frameworks", default="deepspeed,fsdp,ddp",
+                        help=f"comma-separated, from {', '.join(SCRIPTS)}")
+    parser.add_argument("--comms", default="gloo,pccl", help="backends to compare; the first is the baseline")
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--local-size", type=int, default=2, help="ranks per emulated node (PCCL_LOCAL_SIZE)")
+    parser.add_argument("--steps", type=int, help="steps of every run (default: 50 DeepSpeed, 40 FSDP2 and DDP)")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpt", help="JSON, logs and the plot")
+    args = parser.parse_args()
+    frameworks, comms = args.frameworks.split(","), args.comms.split(",")
+    if unknown := set(frameworks) - set(SCRIPTS):
+        parser.error(f"unknown frameworks {sorted(unknown)}; choose from {', '.join(SCRIPTS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    runs = [run(framework, comm, args) for framework in frameworks for comm in comms]
+    plot = args.out / "demo.png"
+    plot_runs(runs, plot)
+    print("\n" + comparison_table(runs, baseline=comms[0]))
+    print(f"\nplot: {plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot}; "
+          f"runs: {args.out}/*.json; total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,373 @@
+"""What the three training scripts share: arguments, the model and data, the timed training loop,
+communication meters, per-step logging, the summary, and the JSON and plot outputs.
+
+Every script runs under ``mpiexec``; MPI (not the training backend) carries the small reductions of
+the logging (mean loss, slowest rank's step time), so they never show in the counters.
+
+Communication time per collective:
+
+- pccl runs read pccl's own counters (``pccl_torch.stats``, summed over every pccl communicator in use):
+  the time each all-gather, reduce-scatter and all-reduce spent executing inside pccl.
+- gloo runs wrap torch.distributed's ``all_gather_single``, ``reduce_scatter_single`` and ``all_reduce``
+  (which the frameworks call, directly or through their older names) and time each call from issue to
+  completion, not counting time spent queued behind the previous collective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+from mpi4py import MPI
+
+import pccl_torch as pc
+from data import VOCAB_SIZE, get_batch, load_splits
+from model import GPT, GPTConfig
+from report import plot_runs
+
+log = logging.getLogger("gpt")
+
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+SHORT = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
+TAIL_STEPS = 10
+"""The final train loss is the mean of the last this many steps."""
+
+StepFn = Callable[[torch.Tensor, torch.Tensor], float]
+"""One optimizer step on a batch ``(x, y)``; returns this rank's loss."""
+EvalFn = Callable[[torch.Tensor, torch.Tensor], float]
+"""This rank's loss on a batch, without training."""
+
+
+# -- arguments and setup -------------------------------------------------------------------------------
+def build_parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments every script takes (model size, optimisation, outputs)."""
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    model = parser.add_argument_group("model")
+    model.add_argument("--n-layer", type=int, default=2)
+    model.add_argument("--n-head", type=int, default=4)
+    model.add_argument("--n-embd", type=int, default=64)
+    model.add_argument("--block-size", type=int, default=64, help="context length in tokens")
+    train = parser.add_argument_group("training")
+    train.add_argument("--steps", type=int, default=150)
+    train.add_argument("--batch-size", type=int, default=8, help="sequences per rank and step")
+    train.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (constant)")
+    train.add_argument("--seed", type=int, default=0, help="model init and data order (same for every backend)")
+    train.add_argument("--eval-batches", type=int, default=8, help="validation batches per rank at the end")
+    train.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    out = parser.add_argument_group("output")
+    out.add_argument("--log-every", type=int, default=10, help="log one step in this many (0: none)")
+    out.add_argument("--json", type=Path, help="write steps and summary here (rank 0)")
+    out.add_argument("--plot", type=Path, help="write a loss and step-time plot here (rank 0)")
+    return parser
+
+
+def setup(args: argparse.Namespace) -> None:
+    """Threads and logging (rank 0 logs steps, other ranks only warnings)."""
+    torch.set_num_threads(args.threads)
+    rank = MPI.COMM_WORLD.Get_rank()
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s",
+                        force=True)
+    logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+
+
+def build_model(args: argparse.Namespace) -> GPT:
+    """The GPT of ``args``, initialised identically on every rank and for every backend."""
+    torch.manual_seed(args.seed)
+    return GPT(GPTConfig(vocab_size=VOCAB_SIZE, block_size=args.block_size, n_layer=args.n_layer,
+                         n_head=args.n_head, n_embd=args.n_embd))
+
+
+def make_optimizer(params: Iterable[torch.nn.Parameter], args: argparse.Namespace) -> torch.optim.Optimizer:
+    """AdamW at the constant ``args.lr`` (the same for every framework)."""
+    return torch.optim.AdamW(params, lr=args.lr)
+
+
+# -- communication meters ------------------------------------------------------------------------------
+Snapshot = dict[str, tuple[int, float]]
+"""Cumulative (calls, seconds) per collective."""
+
+
+class CommMeter(Protocol):
+    method: str
+    """How the time is measured, for the summary."""
+
+    def snapshot(self) -> Snapshot: ...
+
+    def algorithms(self) -> dict[str, int]:
+        """Calls per ``collective:algorithm`` on this rank so far (empty where the backend does not say)."""
+        ...
+
+
+class PcclCounters:
+    """pccl's own counters (the time each collective spent executing in pccl), summed over every pccl
+    communicator in use: the one of ``pccl_torch.init()`` (FSDP2, the DDP comm hook) and those of all pccl
+    process groups (DeepSpeed's ZeRO-1/2 reduce on a data-parallel group of their own)."""
+
+    method = "pccl counters (time inside pccl)"
+
+    @staticmethod
+    def communicators() -> list[pc.Communicator]:
+        from pccl_torch.integrations.torch_backend import PcclProcessGroup
+
+        # torch keeps no public list of live groups; _world.pg_map is the registry new_group fills
+        comms = [pg.comm for pg in c10d._world.pg_map if isinstance(pg, PcclProcessGroup)]
+        if pc.is_initialized():
+            comms.append(pc.default_communicator())
+        return list({id(comm): comm for comm in comms}.values())
+
+    def snapshot(self) -> Snapshot:
+        calls: Counter[str] = Counter()
+        seconds: Counter[str] = Counter()
+        for comm in self.communicators():
+            stats = pc.stats(comm)
+            calls.update(stats["calls"])
+            seconds.update(stats["seconds"])
+        return {c: (calls[c], seconds[c]) for c in COLLECTIVES}
+
+    def algorithms(self) -> dict[str, int]:
+        used: Counter[str] = Counter()
+        for comm in self.communicators():
+            used.update(pc.stats(comm)["algorithms"])
+        return dict(used)
+
+
+class DistTimer:
+    """Times torch.distributed's all-gathers, reduce-scatters and all-reduces, for backends that keep
+    no counters: from issue to completion (async calls through their future), less the time spent
+    queued behind the previous collective. Use as a context manager: it wraps the functions on enter."""
+
+    method = "torch.distributed calls, issue to completion"
+    # what to wrap: torch's older names (all_gather_into_tensor, reduce_scatter_tensor) call these
+    FUNCTIONS = {"all_gather": "all_gather_single", "reduce_scatter": "reduce_scatter_single",
+                 "all_reduce": "all_reduce"}
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.seconds: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._busy_until = 0.0
+        self._saved: list[tuple[Any, str, Callable]] = []
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return {c: (self.calls[c], self.seconds[c]) for c in COLLECTIVES}
+
+    def algorithms(self) -> dict[str, int]:
+        return {}
+
+    def _record(self, collective: str, issued: float, done: float) -> None:
+        with self._lock:
+            start = max(issued, self._busy_until)
+            self._busy_until = max(self._busy_until, done)
+            self.calls[collective] += 1
+            self.seconds[collective] += max(0.0, done - start)
+
+    def _timed(self, collective: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            issued = time.perf_counter()
+            work = fn(*args, **kwargs)
+            if work is None:
+                self._record(collective, issued, time.perf_counter())
+            else:
+                work.get_future().then(lambda _: self._record(collective, issued, time.perf_counter()))
+            return work
+
+        return timed
+
+    def __enter__(self) -> DistTimer:
+        for collective, name in self.FUNCTIONS.items():
+            original = getattr(c10d, name)
+            wrapper = self._timed(collective, original)
+            for module in (c10d, dist):
+                self._saved.append((module, name, getattr(module, name)))
+                setattr(module, name, wrapper)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for module, name, original in reversed(self._saved):
+            setattr(module, name, original)
+        self._saved.clear()
+
+
+@contextmanager
+def comm_meter(uses_pccl: bool) -> Iterator[CommMeter]:
+    """pccl's counters for a pccl run, a :class:`DistTimer` (installed for the block) otherwise."""
+    if uses_pccl:
+        yield PcclCounters()
+    else:
+        with DistTimer() as timer:
+            yield timer
+
+
+# -- the training loop ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class StepRecord:
+    step: int
+    loss: float
+    """Mean over ranks."""
+    seconds: float
+    """Slowest rank."""
+    comm: dict[str, dict[str, float]]
+    """Per collective: ``calls`` and ``seconds`` in this step, mean over ranks."""
+
+    @property
+    def comm_seconds(self) -> float:
+        return sum(c["seconds"] for c in self.comm.values())
+
+
+@dataclass(slots=True)
+class RunResult:
+    framework: str
+    comm: str
+    world_size: int
+    local_size: int
+    params: int
+    tokens_per_step: int
+    comm_method: str
+    config: dict[str, Any]
+    steps: list[StepRecord] = field(default_factory=list)
+    algorithms: dict[str, int] = field(default_factory=dict)
+    """Rank 0's calls per ``collective:algorithm`` in set-up and training (pccl runs)."""
+    val_loss: float = float("nan")
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _reduce_step(loss: float, seconds: float, delta: Snapshot) -> tuple[float, float, dict[str, dict[str, float]]]:
+    """Mean loss and comm over ranks, slowest rank's step time (over MPI, outside the timed step)."""
+    world = MPI.COMM_WORLD
+    values = np.array([loss] + [v for c in COLLECTIVES for v in delta[c]], dtype=np.float64)
+    world.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+    values /= world.Get_size()
+    slowest = world.allreduce(seconds, op=MPI.MAX)
+    comm = {c: {"calls": values[1 + 2 * i], "seconds": values[2 + 2 * i]} for i, c in enumerate(COLLECTIVES)}
+    return float(values[0]), slowest, comm
+
+
+def format_comm(comm: dict[str, dict[str, float]]) -> str:
+    parts = [f"{SHORT[c]} {v['calls']:.0f}x {1e3 * v['seconds']:.1f} ms" for c, v in comm.items() if v["calls"]]
+    return ", ".join(parts) or "none"
+
+
+def timed_step(step_fn: StepFn, meter: CommMeter, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, Snapshot]:
+    """Run one step; returns this rank's loss, seconds, and (calls, seconds) per collective during it."""
+    before = meter.snapshot()
+    start = time.perf_counter()
+    loss = step_fn(x, y)
+    seconds = time.perf_counter() - start
+    after = meter.snapshot()
+    return loss, seconds, {c: (after[c][0] - before[c][0], after[c][1] - before[c][1]) for c in COLLECTIVES}
+
+
+def train(args: argparse.Namespace, step_fn: StepFn, eval_fn: EvalFn, meter: CommMeter, *,
+          framework: str, comm: str, params: int) -> RunResult:
+    """``args.steps`` steps of ``step_fn`` on seeded batches (the same for every backend), then the
+    validation loss with ``eval_fn``; logs every ``args.log_every`` steps and returns the record."""
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    splits = load_splits()
+    result = RunResult(framework=framework, comm=comm, world_size=size, local_size=_local_size(),
+                       params=params, tokens_per_step=args.batch_size * args.block_size * size,
+                       comm_method=meter.method, config=_jsonable(vars(args)))
+    log.info("%s, %s: %d ranks (%d a node), %s parameters, %s tokens a step, comm timed by %s",
+             framework, comm, size, result.local_size, f"{params:,}", f"{result.tokens_per_step:,}", meter.method)
+    batches = torch.Generator().manual_seed(1000 * args.seed + rank)
+    for step in range(1, args.steps + 1):
+        x, y = get_batch(splits.train, args.batch_size, args.block_size, batches)
+        record = StepRecord(step, *_reduce_step(*timed_step(step_fn, meter, x, y)))
+        result.steps.append(record)
+        if args.log_every and (step % args.log_every == 0 or step in (1, args.steps)):
+            log.info("step %4d/%d | loss %.4f | %7s tok/s | %6.1f ms | comm %s", step, args.steps, record.loss,
+                     f"{result.tokens_per_step / record.seconds:,.0f}", 1e3 * record.seconds,
+                     format_comm(record.comm))
+    result.algorithms = meter.algorithms()
+    result.val_loss = evaluate(args, eval_fn, splits.val, rank)
+    result.summary = summarize(result)
+    log_summary(result)
+    return result
+
+
+@torch.no_grad()
+def evaluate(args: argparse.Namespace, eval_fn: EvalFn, data: torch.Tensor, rank: int) -> float:
+    """Mean loss over ``args.eval_batches`` seeded validation batches per rank, averaged over ranks."""
+    g = torch.Generator().manual_seed(10_000 + 1000 * args.seed + rank)
+    losses = [eval_fn(*get_batch(data, args.batch_size, args.block_size, g)) for _ in range(args.eval_batches)]
+    world = MPI.COMM_WORLD
+    return world.allreduce(statistics.fmean(losses), op=MPI.SUM) / world.Get_size()
+
+
+def summarize(result: RunResult) -> dict[str, Any]:
+    """Loss at start and end; timings as medians over the steps after the first two (warm-up), which
+    keeps a step slowed by another process on a shared machine from moving them."""
+    steps = result.steps
+    timed = steps[2:] if len(steps) > 2 else steps
+    step_s = statistics.median(s.seconds for s in timed)
+    comm_s = statistics.median(s.comm_seconds for s in timed)
+    per_collective = {}
+    for c in COLLECTIVES:
+        calls = statistics.median(s.comm[c]["calls"] for s in timed)
+        seconds = statistics.median(s.comm[c]["seconds"] for s in timed)
+        per_collective[c] = {"calls_per_step": calls, "ms_per_step": 1e3 * seconds,
+                             "ms_per_call": 1e3 * seconds / calls if calls else None}
+    return {
+        "first_loss": steps[0].loss,
+        "final_train_loss": statistics.fmean(s.loss for s in steps[-TAIL_STEPS:]),
+        "val_loss": result.val_loss,
+        "step_ms": 1e3 * step_s,
+        "tokens_per_s": result.tokens_per_step / step_s,
+        "comm_ms_per_step": 1e3 * comm_s,
+        "comm_share": comm_s / step_s,
+        "collectives": per_collective,
+        "timed_steps": len(timed),
+    }
+
+
+def log_summary(result: RunResult) -> None:
+    s = result.summary
+    log.info("summary %s, %s: loss %.3f -> %.3f (mean of the last %d steps), val %.3f", result.framework,
+             result.comm, s["first_loss"], s["final_train_loss"], min(TAIL_STEPS, len(result.steps)), s["val_loss"])
+    log.info("  step %.1f ms, %s tok/s, comm %.1f ms a step (%.0f%% of the step): medians from step 3",
+             s["step_ms"], f"{s['tokens_per_s']:,.0f}", s["comm_ms_per_step"], 100 * s["comm_share"])
+    for c, v in s["collectives"].items():
+        if v["calls_per_step"]:
+            log.info("  %-15s %5.1f calls a step, %7.2f ms a step, %7.3f ms a call", c, v["calls_per_step"],
+                     v["ms_per_step"], v["ms_per_call"])
+    if result.algorithms:
+        log.info("  algorithms: %s", ", ".join(f"{name} x{n}" for name, n in sorted(result.algorithms.items())))
+
+
+# -- outputs -------------------------------------------------------------------------------------------
+def write_outputs(args: argparse.Namespace, result: RunResult) -> None:
+    """``--json`` and ``--plot``, on rank 0."""
+    if MPI.COMM_WORLD.Get_rank() != 0:
+        return
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(asdict(result), indent=1))
+    if args.plot:
+        plot_runs([asdict(result)], args.plot)
+
+
+def _local_size() -> int:
+    return int(os.environ.get("PCCL_LOCAL_SIZE", MPI.COMM_WORLD.Get_size()))
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in values.items()}
