@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from pccl_torch import api
-from pccl_torch.communicator import Communicator, _agreed_selector
+from pccl_torch import api, failure_notice
+from pccl_torch.communicator import Communicator, _agreed_selector, checking_from_env
 from pccl_torch.topology import Topology, TopologyError, detect
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
@@ -213,7 +213,10 @@ def create_process_group(opts, backend_options=None) -> PcclProcessGroup:
         intra=TorchGroupTransport(intra),
         inter=MPITransport(group_comm.Split(color=topology.local_rank, key=topology.node), owned=True),
         selector=_agreed_selector(group_comm),
+        timeout_s=timeout.total_seconds(),
+        check=checking_from_env(),
     )
+    failure_notice.install()
     return PcclProcessGroup(comm, vendor, rank, size)
 
 

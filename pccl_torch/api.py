@@ -3,6 +3,8 @@
 Each call validates its arguments (before any communication), chooses the algorithm (the explicit
 ``algorithm=``, else ``PCCL_ALGO``, else the heuristic), runs it in issue order on the communicator, and
 returns ``None`` (blocking) or a :class:`~pccl_torch.work.Work` (``async_op=True``), as torch.distributed.
+Every call gets a sequence number; with checking on, the ranks agree on its signature before it runs; a
+collective that fails (timeout, dead peer) raises ``PcclTimeoutError`` and breaks the communicator.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import torch
 from pccl_torch import heuristic
 from pccl_torch.algorithms import COLLECTIVES, Collective
 from pccl_torch.communicator import Communicator, default_communicator
+from pccl_torch.errors import PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
 from pccl_torch.plan import Plan, resolve
+from pccl_torch.signature import Signature, agree
 from pccl_torch.triton_kernels import scale_
 from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes, check_tensor, overlaps
 from pccl_torch.work import Work
@@ -67,17 +71,33 @@ def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | N
     return _plan(comm, collective, None, nbytes, dtype).name
 
 
-def _launch(comm: Communicator, plan: Plan, nbytes: int, body: Callable[[], torch.Tensor],
+def _launch(comm: Communicator, plan: Plan, call: Signature, body: Callable[[], torch.Tensor],
             async_op: bool) -> Work | None:
-    def timed() -> torch.Tensor:
-        start = time.perf_counter()
-        result = body()
-        comm.stats.record(plan.collective, plan.name, nbytes, time.perf_counter() - start)
-        return result
+    """Number the call, then run ``body`` in issue order (now, or on the worker for ``async_op``)."""
+    sequence = comm.next_sequence()
+    nbytes = call.numel * call.dtype.itemsize
+
+    def guarded() -> torch.Tensor:
+        try:
+            if comm.check:
+                agree(comm, call, sequence)
+            start = time.perf_counter()
+            result = body()
+            comm.stats.record(plan.collective, plan.name, nbytes, time.perf_counter() - start)
+            return result
+        except PcclMismatchError:
+            raise  # found before any data moved: the communicator is still sound
+        except Stalled as exc:
+            error = PcclTimeoutError(plan.collective, sequence, plan.name, comm.topology.rank, exc)
+            comm.mark_broken(error)
+            raise error from exc
+        except Exception as exc:
+            comm.mark_broken(PcclError(f"pccl {plan.collective} #{sequence} ({plan.name}) failed: {exc}"))
+            raise
 
     if async_op:
-        return Work(comm.executor.submit(timed), plan.collective, plan.name)
-    comm.executor.run_now(timed)
+        return Work(comm.executor.submit(guarded), plan.collective, plan.name)
+    comm.executor.run_now(guarded)
     return None
 
 
@@ -101,15 +121,15 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
     own = output.reshape(-1)[comm.topology.rank * input.numel():][: input.numel()]
     if overlaps(output, input) and not (input.numel() and input.data_ptr() == own.data_ptr()):
         raise ValueError("input overlaps output but is not this rank's slice of it: use separate buffers")
-    nbytes = output.numel() * output.element_size()
-    plan = _plan(comm, "all_gather", algorithm, nbytes, output.dtype)
+    plan = _plan(comm, "all_gather", algorithm, output.numel() * output.element_size(), output.dtype)
+    call = Signature("all_gather", plan.name, output.dtype, output.numel())
 
     def body() -> torch.Tensor:
         inp = own if input.numel() and input.data_ptr() == own.data_ptr() else input.reshape(-1)
         plan.run_all_gather(comm, output.view(-1), inp)
         return output
 
-    return _launch(comm, plan, nbytes, body, async_op)
+    return _launch(comm, plan, call, body, async_op)
 
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM, *,
@@ -127,8 +147,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     check_reduction(reduction, input.dtype)
     world = comm.topology.world_size
     check_sizes(input, "input", output, "output", world)
-    nbytes = input.numel() * input.element_size()
-    plan = _plan(comm, "reduce_scatter", algorithm, nbytes, input.dtype)
+    plan = _plan(comm, "reduce_scatter", algorithm, input.numel() * input.element_size(), input.dtype)
+    call = Signature("reduce_scatter", plan.name, input.dtype, input.numel(), reduction.op.value)
 
     def body() -> torch.Tensor:
         inp = input.reshape(-1)
@@ -141,7 +161,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
             output.copy_(target)
         return output
 
-    return _launch(comm, plan, nbytes, body, async_op)
+    return _launch(comm, plan, call, body, async_op)
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str | None = None,
@@ -151,8 +171,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
     reduction = as_reduction(op)
     check_tensor(tensor, "tensor", comm.device)
     check_reduction(reduction, tensor.dtype)
-    nbytes = tensor.numel() * tensor.element_size()
-    plan = _plan(comm, "all_reduce", algorithm, nbytes, tensor.dtype)
+    plan = _plan(comm, "all_reduce", algorithm, tensor.numel() * tensor.element_size(), tensor.dtype)
+    call = Signature("all_reduce", plan.name, tensor.dtype, tensor.numel(), reduction.op.value)
 
     def body() -> torch.Tensor:
         buf = tensor.view(-1)
@@ -162,7 +182,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
         _finish_reduction(buf, reduction, comm.topology.world_size)
         return tensor
 
-    return _launch(comm, plan, nbytes, body, async_op)
+    return _launch(comm, plan, call, body, async_op)
 
 
 # torch 2.13 names for the same calls.

@@ -8,13 +8,20 @@
 4. build the intra-node torch group of this node (gloo for CPU tensors, NCCL for CUDA) and the
    inter-node MPI communicator of this local rank (``Split(color=local_rank)``: one per local rank,
    so the local ranks of a node drive their NICs in parallel).
+
+Every wait of every transport is bounded by ``timeout`` (default 5 minutes): a collective that cannot
+finish raises :class:`~pccl_torch.errors.PcclTimeoutError` on every live rank and breaks the communicator.
+``check=True`` (or ``PCCL_DEBUG=check``) makes the ranks agree on each call's signature first.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime
+import functools
 import logging
 import os
+import sys
 import socket
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +29,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from pccl_torch import failure_notice
+from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.topology import Topology, detect
@@ -33,6 +42,16 @@ from pccl_torch.work import OrderedExecutor
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+DEBUG_ENV = "PCCL_DEBUG"
+DEBUG_MODES = ("off", "check")
+
+
+def checking_from_env() -> bool:
+    """``PCCL_DEBUG=check`` turns on signature checks; unset/``off`` leaves them off; anything else raises."""
+    mode = os.environ.get(DEBUG_ENV, "").strip().lower() or "off"
+    if mode not in DEBUG_MODES:
+        raise ValueError(f"{DEBUG_ENV}={mode!r} is not a valid mode; expected one of {', '.join(DEBUG_MODES)}")
+    return mode == "check"
 
 
 class NotInitializedError(RuntimeError):
@@ -76,20 +95,71 @@ class Communicator:
     owns_process_group: bool = False
     selector: Selector | None = None
     """The learned algorithm choice (None: the heuristic); identical on every rank."""
+    timeout_s: float = DEFAULT_TIMEOUT.total_seconds()
+    """How long any wait on a peer may take before the collective raises ``PcclTimeoutError``."""
+    check: bool = False
+    """Agree on each call's signature before running it (``PCCL_DEBUG=check``)."""
     executor: OrderedExecutor = field(default_factory=lambda: OrderedExecutor("pccl"))
     stats: CollectiveStats = field(default_factory=CollectiveStats)
+    sequence: int = 0
+    """Collectives issued so far; the number of the next one (the same on every rank of a sound program)."""
+    broken: PcclError | None = None
+    """The failure that broke the communicator, if one did."""
     closed: bool = False
 
+    def __post_init__(self) -> None:
+        topo = self.topology
+        everyone = range(topo.world_size)
+        for transport, ranks in ((self.world, everyone), (self.vendor, everyone),
+                                 (self.intra, topo.node_ranks(topo.node)), (self.inter, topo.peer_ranks(topo.local_rank))):
+            transport.attach(ranks, self.timeout_s)
+
+    def mark_broken(self, error: PcclError) -> None:
+        """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""
+        if self.broken is None:
+            self.broken = error
+            _exit_without_finalize_at_exit()
+
+    def next_sequence(self) -> int:
+        """Number the next collective; raises at once when an earlier one broke the communicator."""
+        if self.broken is not None:
+            raise CommunicatorBrokenError(
+                f"this pccl communicator is broken by an earlier failure and cannot run collectives: {self.broken}"
+            )
+        self.sequence += 1
+        return self.sequence
+
     def close(self) -> None:
-        """Finish queued work and free the communicators (collective: every rank must call it)."""
+        """Finish queued work and free the communicators (collective: every rank must call it).
+
+        On a broken communicator nothing collective is attempted (a dead peer would never answer): the
+        transports are dropped, not freed."""
         if self.closed:
             return
         self.executor.shutdown()
-        for transport in (self.inter, self.intra, self.world):
-            transport.close()
-        if self.owns_process_group and dist.is_initialized():
+        if self.broken is None:
+            for transport in (self.inter, self.intra, self.world):
+                transport.close()
+        if self.owns_process_group and dist.is_initialized() and self.broken is None:
             dist.destroy_process_group()
         self.closed = True
+
+
+@functools.cache
+def _exit_without_finalize_at_exit() -> None:
+    """After a failed collective, MPI_Finalize (and gloo's teardown) could wait forever for the dead or
+    stuck peer. At interpreter exit, flush and leave with status 1 before they run (as NCCL's async error
+    handling tears the process down)."""
+
+    def leave() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(1)
+
+    atexit.register(leave)
 
 
 def _device_for(device: str | torch.device | None, topology: Topology) -> torch.device:
@@ -150,9 +220,15 @@ def init_process_group(backend: str = "pccl", *, timeout: datetime.timedelta = D
 
 
 def create(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
-           timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> Communicator:
-    """Build a :class:`Communicator` (collective over ``comm``, default ``MPI.COMM_WORLD``)."""
+           timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None) -> Communicator:
+    """Build a :class:`Communicator` (collective over ``comm``, default ``MPI.COMM_WORLD``).
+
+    ``timeout`` bounds every wait on a peer; ``check`` (default: ``PCCL_DEBUG=check``) turns on the
+    per-call signature agreement that reports mismatched collectives instead of hanging or corrupting."""
     from mpi4py import MPI
+
+    check = checking_from_env() if check is None else check
+    failure_notice.install()
 
     world_comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
     try:
@@ -192,6 +268,8 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
         inter=MPITransport(inter_comm, owned=True),
         owns_process_group=owns,
         selector=selector,
+        timeout_s=timeout.total_seconds(),
+        check=check,
     )
 
 
@@ -199,12 +277,12 @@ _DEFAULT: Communicator | None = None
 
 
 def init(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
-         timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> Communicator:
-    """Create the default communicator (see module docstring) and return it. Collective."""
+         timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None) -> Communicator:
+    """Create the default communicator (see module docstring and :func:`create`) and return it. Collective."""
     global _DEFAULT
     if _DEFAULT is not None and not _DEFAULT.closed:
         raise RuntimeError("pccl_torch is already initialised: call pccl_torch.shutdown() before init() again")
-    _DEFAULT = create(comm, local_size=local_size, device=device, timeout=timeout)
+    _DEFAULT = create(comm, local_size=local_size, device=device, timeout=timeout, check=check)
     return _DEFAULT
 
 

@@ -9,6 +9,7 @@ algorithms rely on it and use no tags. Buffers are flat, contiguous tensors.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
 import torch
 
@@ -23,6 +24,23 @@ class Transport(abc.ABC):
     #: Set by each implementation's constructor.
     _rank: int
     _size: int
+    #: Seconds a blocking call waits for its peers before raising ``Stalled`` (set by :meth:`attach`).
+    timeout_s: float = 300.0
+    #: Communicator rank of each transport rank, for naming peers in errors (set by :meth:`attach`).
+    ranks: tuple[int, ...] = ()
+
+    def attach(self, ranks: Sequence[int], timeout_s: float) -> None:
+        """Tell the transport its peers' communicator ranks and how long it may wait for them."""
+        self.ranks = tuple(ranks)
+        self.timeout_s = timeout_s
+
+    def communicator_ranks(self, peers: Sequence[int]) -> list[int]:
+        """``peers`` (transport ranks) as communicator ranks, when :meth:`attach` told them."""
+        return [self.ranks[p] for p in peers] if self.ranks else list(peers)
+
+    def others(self) -> list[int]:
+        """Every transport rank but this one (who a stalled native collective may be waiting for)."""
+        return [p for p in range(self.size) if p != self.rank]
 
     @property
     def rank(self) -> int:

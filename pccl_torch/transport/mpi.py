@@ -5,24 +5,36 @@ no copy, and it works for bfloat16, which has no NumPy or MPI type). CUDA tensor
 ``__cuda_array_interface__`` after the producing stream is synchronised, when the MPI library is
 CUDA-aware (``PCCL_CUDA_AWARE_MPI=1``); otherwise they are staged through host memory.
 Never pickled objects, never ``.tolist()``.
+
+Every call is non-blocking underneath (``Isend``/``Irecv``/``Iallreduce``...) and polled against the
+transport's deadline: a blocking MPI call cannot time out, and a dead peer would hang it forever. The poll
+spins first (what a blocking MPI wait does), then yields the core, then naps, so waiting ranks leave the
+CPU to the ranks they wait for on oversubscribed nodes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from mpi4py import MPI
 
+from pccl_torch import failure_notice
+from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 
 _MPI_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
 # MPI has no 16-bit float types: native reductions on them run on a float32 copy.
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+# Polling schedule: spin this long, then yield the core until _YIELD_S, then nap _NAP_S between polls.
+_SPIN_S = 0.002
+_YIELD_S = 0.05
+_NAP_S = 0.0005
 
 
 def cuda_aware() -> bool:
@@ -63,27 +75,64 @@ class MPITransport(Transport):
 
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         with _host_staged(tensor, copy_back=False) as buf:
-            self.comm.Send(_byte_buffer(buf), dest)
+            self._complete([self.comm.Isend(_byte_buffer(buf), dest)], [dest], f"send to rank {dest}")
 
     def recv(self, tensor: torch.Tensor, source: int) -> None:
         with _host_staged(tensor, copy_back=True) as buf:
-            self.comm.Recv(_byte_buffer(buf), source)
+            self._complete([self.comm.Irecv(_byte_buffer(buf), source)], [source], f"receive from rank {source}")
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
         with _host_staged(send, copy_back=False) as sbuf, _host_staged(recv, copy_back=True) as rbuf:
-            self.comm.Sendrecv(_byte_buffer(sbuf), dest, 0, _byte_buffer(rbuf), source, 0)
+            requests = [self.comm.Irecv(_byte_buffer(rbuf), source), self.comm.Isend(_byte_buffer(sbuf), dest)]
+            self._complete(requests, [source, dest], f"exchange with ranks {source}/{dest}")
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
-            self.comm.Allgather(_byte_buffer(sbuf), _byte_buffer(rbuf))
+            self._complete_collective(self.comm.Iallgather(_byte_buffer(sbuf), _byte_buffer(rbuf)), "all-gather")
 
     def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
         with self._typed(inp, copy_back=False) as src, self._typed(out, copy_back=True) as dst:
-            self.comm.Reduce_scatter_block(src.numpy(), dst.numpy(), _MPI_OPS[op])
+            request = self.comm.Ireduce_scatter_block(src.numpy(), dst.numpy(), _MPI_OPS[op])
+            self._complete_collective(request, "reduce-scatter")
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         with self._typed(tensor, copy_back=True) as buf:
-            self.comm.Allreduce(MPI.IN_PLACE, buf.numpy(), _MPI_OPS[op])
+            self._complete_collective(self.comm.Iallreduce(MPI.IN_PLACE, buf.numpy(), _MPI_OPS[op]), "all-reduce")
+
+    def _complete_collective(self, request: "MPI.Request", what: str) -> None:
+        self._complete([request], [None], f"MPI's native {what}")
+
+    def _complete(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str) -> None:
+        """Wait for ``requests`` (one peer each; None: the whole group) until the deadline, else ``Stalled``."""
+        if MPI.Request.Testall(requests):
+            return
+        start = time.monotonic()
+        deadline = start + self.timeout_s
+        while not MPI.Request.Testall(requests):
+            now = time.monotonic()
+            if failure_notice.reported():
+                # Stop touching MPI at once: polling a dead peer may make MPICH abort the whole job.
+                pending = [q for p in peers for q in (self.others() if p is None else [p])]
+                raise Stalled(self.communicator_ranks(pending), now - start,
+                              f"{what} over MPI: mpiexec reported a failed process")
+            if now >= deadline:
+                self._abandon(requests, peers, what, now - start)
+            if now - start > _SPIN_S:
+                time.sleep(0.0 if now - start < _YIELD_S else _NAP_S)
+
+    def _abandon(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str,
+                 waited: float) -> None:
+        """Cancel what is still pending (a late message must not land in the caller's buffer) and raise."""
+        pending: list[int] = []
+        for request, peer in zip(requests, peers):
+            if request.Test():
+                continue
+            pending.extend(self.others() if peer is None else [peer])
+            try:
+                request.Cancel()
+            except MPI.Exception:
+                pass  # a started collective or send cannot always be cancelled; the communicator is broken anyway
+        raise Stalled(self.communicator_ranks(pending), waited, f"{what} over MPI: timed out after {self.timeout_s:g} s")
 
     @staticmethod
     @contextmanager

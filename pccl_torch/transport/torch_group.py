@@ -3,14 +3,20 @@
 Used for the intra-node phase of the hierarchical collectives and for the flat ``vendor`` algorithm.
 It calls the process group's own methods, so it works both with groups registered in torch.distributed
 (``new_group``) and with the private gloo groups the ``pccl`` backend builds inside itself.
-Peers are group ranks.
+Peers are group ranks. Every wait is bounded by the transport's timeout; gloo's own errors (timeout, a peer's
+connection closed) become ``Stalled`` like the MPI transport's.
 """
 
 from __future__ import annotations
 
+import datetime
+import time
+from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 
+from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 
@@ -33,28 +39,39 @@ class TorchGroupTransport(Transport):
         self.name = f"torch:{group.name()}"
 
     def send(self, tensor: torch.Tensor, dest: int) -> None:
-        self.group.send([tensor], dest, 0).wait()
+        self._wait([self.group.send([tensor], dest, 0)], [dest], f"send to rank {dest}")
 
     def recv(self, tensor: torch.Tensor, source: int) -> None:
-        self.group.recv([tensor], source, 0).wait()
+        self._wait([self.group.recv([tensor], source, 0)], [source], f"receive from rank {source}")
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
         outgoing = self.group.send([send], dest, 0)
-        self.group.recv([recv], source, 0).wait()
-        outgoing.wait()
+        self._wait([self.group.recv([recv], source, 0), outgoing], [source, dest],
+                   f"exchange with ranks {source}/{dest}")
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        self.group._allgather_base(out, inp).wait()
+        self._wait([self.group._allgather_base(out, inp)], self.others(), "native all-gather")
 
     def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
         opts = dist.ReduceScatterOptions()
         opts.reduceOp = _TORCH_OPS[op]
-        self.group._reduce_scatter_base(out, inp, opts).wait()
+        self._wait([self.group._reduce_scatter_base(out, inp, opts)], self.others(), "native reduce-scatter")
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         opts = dist.AllreduceOptions()
         opts.reduceOp = _TORCH_OPS[op]
-        self.group.allreduce([tensor], opts).wait()
+        self._wait([self.group.allreduce([tensor], opts)], self.others(), "native all-reduce")
+
+    def _wait(self, works: list[dist.Work], peers: Sequence[int], what: str) -> None:
+        """Wait for ``works`` within the timeout; a gloo/NCCL failure or timeout becomes ``Stalled``."""
+        start = time.monotonic()
+        for work in works:
+            left = max(self.timeout_s - (time.monotonic() - start), 0.001)
+            try:
+                work.wait(datetime.timedelta(seconds=left))
+            except RuntimeError as exc:
+                raise Stalled(self.communicator_ranks(peers), time.monotonic() - start,
+                              f"{what} over {self.name}: {str(exc).splitlines()[0]}") from exc
 
     def close(self) -> None:
         if self._owned and self.group is not None:

@@ -1,0 +1,36 @@
+"""Faults under real mpiexec (4 ranks, 2 emulated nodes x 2): nothing hangs, nothing is left running, and
+every surviving rank reports the clear error. The 10-trial series: ``python -m tests.multiprocess.faults``."""
+
+from __future__ import annotations
+
+import pytest
+
+from .faults import run_trial
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.mark.parametrize("trial", range(2))
+def test_rank_that_never_calls_times_out_everywhere(tmp_path, trial) -> None:
+    outcome = run_trial("skip", tmp_path)
+    assert outcome.ok, outcome.problems
+    for rank in (0, 1, 2):
+        assert "timed out after 3 s" in outcome.ranks[rank]["error"]
+    assert "peers not heard from: [3]" in outcome.ranks[0]["error"]  # the ring's left neighbour of rank 0
+
+
+def test_mismatched_calls_are_reported_on_every_rank(tmp_path) -> None:
+    outcome = run_trial("mismatch", tmp_path)
+    assert outcome.ok, outcome.problems
+    cases = {c["case"]: c["error"] for c in outcome.ranks[0]["trials"]}
+    assert len(cases) == 10
+    assert "fields that differ: collective" in cases["collective"]
+    assert "fields that differ: numel" in cases["numel"] and "numel=1000" in cases["numel"]
+    assert "dtype=float16" in cases["dtype"] and "op=max" in cases["op"]
+    assert "algorithm=ring" in cases["algorithm"]
+
+
+@pytest.mark.parametrize("trial", range(2))
+def test_killed_rank_never_hangs_the_others(tmp_path, trial) -> None:
+    outcome = run_trial("kill", tmp_path)
+    assert outcome.ok, outcome.problems
