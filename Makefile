@@ -8,7 +8,7 @@ MPIEXEC := $(VENV)/bin/mpiexec
 STAMP := $(VENV)/.pccl-installed
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
-.PHONY: install demo test test-unit test-mp clean
+.PHONY: install demo demo-full test test-unit test-mp clean
 
 install: $(STAMP)
 
@@ -19,9 +19,16 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import pccl_torch, mpi4py.MPI; print('pccl-torch installed; MPI:', mpi4py.MPI.Get_library_version().splitlines()[0])"
 	touch $(STAMP)
 
-# Main job: the three collectives on 4 CPU ranks emulating 2 nodes x 2 ranks.
+# Main job, on 4 CPU ranks emulating 2 nodes x 2 ranks: the three collectives checked and timed (pccl beside
+# gloo and MPI), then the example GPT trained with DeepSpeed ZeRO-3 and DDP on gloo and on pccl, compared
+# side by side (table + out/gpt/demo.png). `make demo-full` adds FSDP2.
 demo: install
 	PCCL_LOCAL_SIZE=2 $(MPIEXEC) -n 4 $(PY) examples/collectives_demo.py
+	$(PY) examples/gpt/demo.py --frameworks deepspeed,ddp
+
+demo-full: install
+	PCCL_LOCAL_SIZE=2 $(MPIEXEC) -n 4 $(PY) examples/collectives_demo.py
+	$(PY) examples/gpt/demo.py
 
 test: install
 	$(PY) -m pytest tests
