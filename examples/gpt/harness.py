@@ -207,6 +207,27 @@ class DistTimer:
         self._saved.clear()
 
 
+def sgd_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], float]:
+    """One training step of a torch-wrapped model (DDP, FSDP2): forward, backward, update; the loss."""
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        _, loss = module(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return step
+
+
+def close() -> None:
+    """Shut pccl and torch.distributed down, whichever the run initialised."""
+    if pc.is_initialized():
+        pc.shutdown()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 @contextmanager
 def comm_meter(uses_pccl: bool) -> Iterator[CommMeter]:
     """pccl's counters for a pccl run, a :class:`DistTimer` (installed for the block) otherwise."""

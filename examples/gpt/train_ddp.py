@@ -49,12 +49,7 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     ddp = wrap(model, args.comm)
     optimizer = harness.make_optimizer(ddp.parameters(), args)
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> float:
-        _, loss = ddp(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
+    step = harness.sgd_step(ddp, optimizer)
 
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> float:
         return model(x, y)[1].item()  # the unwrapped module: no collectives
@@ -63,10 +58,7 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
         result = harness.train(args, step, evaluate, meter, framework="ddp", comm=args.comm,
                                params=model.num_params())
     harness.write_outputs(args, result)
-    if pc.is_initialized():
-        pc.shutdown()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    harness.close()
     return result
 
 

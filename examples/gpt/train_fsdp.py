@@ -47,12 +47,7 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     shard(model, args.comm)
     optimizer = harness.make_optimizer(model.parameters(), args)
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> float:
-        _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.item()
+    step = harness.sgd_step(model, optimizer)
 
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> float:
         return model(x, y)[1].item()
@@ -60,10 +55,7 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     with harness.comm_meter(args.comm == "pccl") as meter:
         result = harness.train(args, step, evaluate, meter, framework="fsdp2", comm=args.comm, params=params)
     harness.write_outputs(args, result)
-    if pc.is_initialized():
-        pc.shutdown()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    harness.close()
     return result
 
 
