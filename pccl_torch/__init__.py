@@ -24,24 +24,13 @@ from pccl_torch.communicator import (
     is_initialized,
     shutdown,
 )
+from pccl_torch.counters import stats
 from pccl_torch.ops import ReduceOp, premul_sum
 from pccl_torch.plan import valid_names as algorithms
 from pccl_torch.topology import Topology, TopologyError
 from pccl_torch.work import Work
 
 __version__ = "0.1.0"
-
-
-def stats(comm: Communicator | None = None) -> dict[str, dict]:
-    """Per-collective counters of ``comm`` (default: the one of ``init()``): calls, bytes, seconds and
-    how often each algorithm ran, as plain dicts."""
-    counters = (comm or default_communicator()).stats
-    return {
-        "calls": dict(counters.calls),
-        "bytes": dict(counters.bytes),
-        "seconds": dict(counters.seconds),
-        "algorithms": {f"{c}:{a}": n for (c, a), n in counters.algorithms.items()},
-    }
 
 
 # `import pccl_torch` registers the torch.distributed backend "pccl".

@@ -23,6 +23,7 @@ import logging
 import os
 import sys
 import socket
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ class Communicator:
     closed: bool = False
 
     def __post_init__(self) -> None:
+        _LIVE.add(self)
         topo = self.topology
         everyone = range(topo.world_size)
         for transport, ranks in ((self.world, everyone), (self.vendor, everyone),
@@ -143,6 +145,14 @@ class Communicator:
         if self.owns_process_group and dist.is_initialized() and self.broken is None:
             dist.destroy_process_group()
         self.closed = True
+
+
+_LIVE: weakref.WeakSet[Communicator] = weakref.WeakSet()
+
+
+def live_communicators() -> list[Communicator]:
+    """Every communicator of this process not yet garbage-collected: ``init()``'s and each pccl group's."""
+    return list(_LIVE)
 
 
 @functools.cache

@@ -122,30 +122,12 @@ class PcclCounters:
 
     method = "pccl counters (time inside pccl)"
 
-    @staticmethod
-    def communicators() -> list[pc.Communicator]:
-        from pccl_torch.integrations.torch_backend import PcclProcessGroup
-
-        # torch keeps no public list of live groups; _world.pg_map is the registry new_group fills
-        comms = [pg.comm for pg in c10d._world.pg_map if isinstance(pg, PcclProcessGroup)]
-        if pc.is_initialized():
-            comms.append(pc.default_communicator())
-        return list({id(comm): comm for comm in comms}.values())
-
     def snapshot(self) -> Snapshot:
-        calls: Counter[str] = Counter()
-        seconds: Counter[str] = Counter()
-        for comm in self.communicators():
-            stats = pc.stats(comm)
-            calls.update(stats["calls"])
-            seconds.update(stats["seconds"])
-        return {c: (calls[c], seconds[c]) for c in COLLECTIVES}
+        stats = pc.stats("all")
+        return {c: (stats["calls"].get(c, 0), stats["seconds"].get(c, 0.0)) for c in COLLECTIVES}
 
     def algorithms(self) -> dict[str, int]:
-        used: Counter[str] = Counter()
-        for comm in self.communicators():
-            used.update(pc.stats(comm)["algorithms"])
-        return dict(used)
+        return pc.stats("all")["algorithms"]
 
 
 class DistTimer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections import Counter
 
 import deepspeed
 import torch
@@ -15,7 +16,7 @@ import torch.distributed as dist
 
 import pccl_torch as pc
 from pccl_torch.integrations.deepspeed import add_comm_arguments
-from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed, communicator_of
+from pccl_torch.integrations.torch_backend import PcclProcessGroup, pccl_groups
 
 
 def run_stage(stage: int, rank: int, world: int, steps: int = 5) -> tuple[list[float], list[float]]:
@@ -55,13 +56,20 @@ def main() -> None:
     deepspeed.init_distributed(dist_backend=args.comm_backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     result: dict = {"backend": args.comm_backend, "default_group": type(dist.group.WORLD).__name__, "stages": {}}
+    on_pccl = isinstance(dist.group.WORLD, PcclProcessGroup)
     for stage in map(int, args.stages.split(",")):
+        before = pc.stats("all")["calls"] if on_pccl else {}
         losses, params = run_stage(stage, rank, world)
         result["stages"][stage] = {"losses": losses, "params": params}
-    if isinstance(dist.group.WORLD, PcclProcessGroup):
-        result["pccl_calls"] = pc.stats(communicator_of(None))["calls"]
-        result["bypassed"] = bypassed(None)
-        result["delegated"] = dict(dist.group.WORLD.delegated)
+        if on_pccl:  # what this stage ran through pccl, on every pccl group (world and DeepSpeed's own)
+            after = pc.stats("all")["calls"]
+            result["stages"][stage]["pccl_calls"] = {c: n - before.get(c, 0) for c, n in after.items()}
+    if on_pccl:
+        everything = pc.stats("all")
+        result["pccl_calls"] = everything["calls"]
+        result["bypassed"] = everything["bypassed"]
+        result["pccl_groups"] = len(pccl_groups())
+        result["delegated"] = dict(sum((pg.delegated for pg in pccl_groups()), Counter()))
     if rank == 0 and args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh)

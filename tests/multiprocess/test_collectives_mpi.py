@@ -41,25 +41,27 @@ def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("ranks,local_size", [(2, 1), (4, 2)], ids=["n2-L1", "n4-L2"])
 def test_torch_backend_and_ddp(ranks: int, local_size: int, tmp_path) -> None:
-    """The `pccl` torch.distributed backend (routed and delegated calls, subgroups) and DDP over it and
-    with pccl's comm hook: same losses and weights as plain gloo."""
+    """The `pccl` torch.distributed backend (routed and delegated calls, subgroups, functional collectives,
+    DeviceMesh/DTensor, device-mapped backend strings) and DDP over it and with pccl's comm hook: same
+    losses and weights as plain gloo."""
     summary = tmp_path / "summary.json"
     result = launch("torch_backend_driver.py", ranks, "--json", str(summary), local_size=local_size)
     assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
-    assert report["passed"] == 3 * ranks
+    assert report["passed"] == 5 * ranks
 
 
 @pytest.mark.multiprocess
 def test_pccl_as_the_default_process_group(tmp_path) -> None:
-    """init_process_group('pccl'): plain dist.* calls and DDP with no group argument go through pccl."""
+    """init_process_group('pccl'): plain dist.* calls, DDP with no group argument and a 2-D DeviceMesh go
+    through pccl."""
     summary = tmp_path / "summary.json"
     result = launch("torch_backend_driver.py", 4, "--default-pccl", "--json", str(summary), local_size=2)
     assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
-    assert report["passed"] == 12
+    assert report["passed"] == 24
 
 
 @pytest.mark.multiprocess

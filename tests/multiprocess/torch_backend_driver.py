@@ -13,7 +13,10 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from mpi4py import MPI
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pccl_torch as pc
@@ -125,6 +128,79 @@ def check_subgroup(rank: int, size: int) -> str | None:
     return close(t, torch.full((5,), float(sum(members))), "subgroup all_reduce")
 
 
+def check_functional_and_mesh(pg, rank: int, size: int) -> str | None:
+    """Functional collectives (by group, by group name, by DeviceMesh) and DTensor redistributions on a
+    pccl group: right results, and their all-gathers, reduce-scatters and all-reduces counted by pccl."""
+    before = pc.stats(pg)["calls"]
+    x = torch.arange(6, dtype=torch.float32) + rank
+    total = sum(torch.arange(6, dtype=torch.float32) + r for r in range(size))
+    if problem := close(funcol.all_reduce(x, "sum", pg).wait(), total, "funcol.all_reduce (group)"):
+        return problem
+    gathered = funcol.all_gather_tensor(x, 0, pg.group_name).wait()
+    if problem := close(gathered, torch.cat([torch.arange(6.0) + r for r in range(size)]), "funcol.all_gather (name)"):
+        return problem
+    mesh = DeviceMesh.from_group(pg, "cpu")
+    scattered = funcol.reduce_scatter_tensor(torch.arange(2.0 * size) * (rank + 1), "sum", 0, mesh).wait()
+    factor = size * (size + 1) / 2
+    if problem := close(scattered, torch.arange(2.0 * size)[2 * rank:2 * rank + 2] * factor, "funcol.reduce_scatter (mesh)"):
+        return problem
+    full = torch.arange(4.0 * size)
+    sharded = distribute_tensor(full, mesh, [Shard(0)])  # scatter: delegated to the vendor group
+    if problem := close(sharded.redistribute(mesh, [Replicate()]).to_local(), full, "DTensor Shard -> Replicate"):
+        return problem
+    partial = DTensor.from_local(torch.ones(2 * size) * (rank + 1), mesh, [Partial()])
+    if problem := close(partial.redistribute(mesh, [Shard(0)]).to_local(), torch.full((2,), factor),
+                        "DTensor Partial -> Shard"):
+        return problem
+    if problem := close(partial.redistribute(mesh, [Replicate()]).to_local(), torch.full((2 * size,), factor),
+                        "DTensor Partial -> Replicate"):
+        return problem
+    after = pc.stats(pg)["calls"]
+    grew = {c: after.get(c, 0) - before.get(c, 0) for c in ("all_reduce", "all_gather", "reduce_scatter")}
+    if min(grew.values()) < 2:
+        return f"functional collectives on the pccl group were not all counted by pccl: {grew}"
+    if bypassed(pg):
+        return f"functional collectives bypassed pccl: {bypassed(pg)}"
+    return None
+
+
+def check_device_maps(rank: int, size: int) -> str | None:
+    """``"cpu:gloo,cuda:pccl"``: CPU tensors go to gloo; ``"cpu:pccl,cuda:gloo"``: CPU tensors run in pccl."""
+    expected = torch.full((3,), float(sum(range(size))))
+    for spec, through_pccl in (("cpu:gloo,cuda:pccl", False), ("cpu:pccl,cuda:gloo", True)):
+        group = dist.new_group(backend=spec)
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, group=group)
+        if problem := close(t, expected, f"all_reduce on a {spec!r} group"):
+            return problem
+        counted = pc.stats(group)["calls"].get("all_reduce", 0)
+        if through_pccl != bool(counted) or through_pccl == bool(bypassed(group)):
+            return (f"{spec!r}: CPU all_reduce should {'' if through_pccl else 'not '}run through pccl; "
+                    f"pccl counted {counted}, handed to gloo {bypassed(group)}")
+    return None
+
+
+def check_mesh_2d(rank: int, size: int) -> str | None:
+    """init_device_mesh with pccl as the default backend: each mesh dimension's group is a pccl group and
+    all-reduces along it."""
+    if size % 2:
+        return None
+    before = pc.stats("all")
+    mesh = init_device_mesh("cpu", (2, size // 2), mesh_dim_names=("outer", "inner"))
+    for dim, name in enumerate(("outer", "inner")):
+        group = mesh.get_group(name)
+        if not isinstance(group, PcclProcessGroup):
+            return f"mesh dimension {name!r} got a {type(group).__name__}"
+        members = dist.get_process_group_ranks(group)
+        got = funcol.all_reduce(torch.full((2,), float(rank)), "sum", (mesh, dim)).wait()
+        if problem := close(got, torch.full((2,), float(sum(members))), f"all_reduce along mesh dim {name}"):
+            return problem
+    after = pc.stats("all")  # the world group, the mesh's groups and every other pccl group, summed
+    if after["bypassed"] != before["bypassed"] or after["calls"]["all_reduce"] - before["calls"]["all_reduce"] != 2:
+        return f"stats('all') before and after two mesh all-reduces: {before} -> {after}"
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -144,7 +220,11 @@ def main() -> int:
         ("collectives on a pccl group", lambda: check_collectives(pg, gloo, rank, size)),
         ("DDP", lambda: check_ddp(pg, gloo, rank)),
         ("pccl subgroup", lambda: check_subgroup(rank, size)),
+        ("functional collectives and DeviceMesh", lambda: check_functional_and_mesh(pg, rank, size)),
+        ("device-mapped backend strings", lambda: check_device_maps(rank, size)),
     ]
+    if args.default_pccl:
+        checks.append(("2-D DeviceMesh with pccl as default backend", lambda: check_mesh_2d(rank, size)))
     for name, check in checks:
         try:
             problem = check()
