@@ -133,9 +133,8 @@ class PcclProcessGroup(dist.ProcessGroup):
         kind = _device_type(tensors)
         if kind not in self.served_devices():
             return None
-        if kind not in self._comms:
-            self._comms[kind] = _build_communicator(self._setup, torch.device(kind, torch.cuda.current_device())
-                                                    if kind == "cuda" else torch.device(kind), self._vendor(kind))
+        if kind not in self._comms:  # CUDA: every member makes this first CUDA call, so building is collective
+            self._comms[kind] = _build_communicator(self._setup, tensors[0].device, self._vendor(kind))
         return self._comms[kind]
 
     def _vendor(self, kind: str) -> dist.ProcessGroup:

@@ -95,6 +95,14 @@ def _from_torch(op: Any) -> ReduceOp | None:
     return _BY_NAME.get(name) if name else None
 
 
+def _torch_premul_factor(op: Any) -> Any:
+    """The factor of a torch PREMUL_SUM ReduceOp (a float or a one-element tensor), or None."""
+    try:
+        return getattr(op, "factor", None)
+    except (RuntimeError, TypeError):  # torch raises when the op carries no factor
+        return None
+
+
 def as_reduction(op: Any) -> Reduction:
     """Normalise ``op`` (ours, torch's, a name such as ``"sum"``, or a Reduction) to a Reduction."""
     if isinstance(op, Reduction):
@@ -111,7 +119,10 @@ def as_reduction(op: Any) -> Reduction:
             "(pccl_torch.ReduceOp, torch.distributed.ReduceOp or a name), or pccl_torch.premul_sum(factor)"
         )
     if found is ReduceOp.PREMUL_SUM:
-        raise ValueError("ReduceOp.PREMUL_SUM needs a factor: pass pccl_torch.premul_sum(factor)")
+        factor = _torch_premul_factor(op)  # torch's dist._make_nccl_premul_sum(factor) carries its factor
+        if factor is None:
+            raise ValueError("ReduceOp.PREMUL_SUM needs a factor: pass pccl_torch.premul_sum(factor)")
+        return premul_sum(factor)
     if found is ReduceOp.AVG:
         return Reduction(ReduceOp.AVG, ReduceOp.SUM, divide_by_world=True)
     return Reduction(found, found)

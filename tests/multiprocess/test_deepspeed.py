@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +59,35 @@ def test_zero_code_route_makes_an_unchanged_script_use_pccl(tmp_path) -> None:
     forced = _run(2, 1, tmp_path, "forced", "--comm_backend", "gloo", "--stages", "3", zero_code=True)
     assert forced["default_group"] == "PcclProcessGroup"
     assert forced["pccl_calls"].get("all_gather", 0) > 0
+
+
+@pytest.mark.multiprocess
+def test_deepspeed_launcher_with_its_mpich_runner(tmp_path) -> None:
+    """`deepspeed --launcher mpich ... train.py --comm_backend pccl`: DeepSpeed's own launcher starts the
+    ranks through mpirun (the MPI launch pccl needs) and the script trains on pccl."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / "deepspeed").exists() or not (bin_dir / "mpirun").exists():
+        pytest.skip("the deepspeed launcher or mpirun is not installed beside this Python")
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    out = tmp_path / "launcher.json"
+    command = [str(bin_dir / "deepspeed"), "--hostfile", str(hostfile), "--force_multi", "--launcher", "mpich",
+               "--no_ssh_check", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               str(HERE / "deepspeed_driver.py"), "--comm_backend", "pccl", "--stages", "3", "--json", str(out)]
+    env = {**os.environ, **EXTENSIONS, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONWARNINGS": "ignore::FutureWarning"}
+    env.pop("PCCL_ALGO", None)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.exists(), f"no result (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    report = json.loads(out.read_text())
+    assert report["default_group"] == "PcclProcessGroup"
+    calls = report["stages"]["3"]["pccl_calls"]
+    assert min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter", "all_reduce")) > 0, calls
+    assert report["bypassed"] == {}
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

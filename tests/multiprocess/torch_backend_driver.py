@@ -38,6 +38,12 @@ def check_collectives(pg, gloo, rank: int, size: int) -> str | None:
         dist.all_reduce(b, op=op, group=gloo)
         if problem := close(a, b, f"all_reduce {op}"):
             return problem
+    # PREMUL_SUM as FSDP builds it (gloo has none: the reference is factor x SUM)
+    a, b = x.clone(), x.clone()
+    dist.all_reduce(a, op=dist._make_nccl_premul_sum(0.5), group=pg)
+    dist.all_reduce(b, group=gloo)
+    if problem := close(a, 0.5 * b, "all_reduce PREMUL_SUM(0.5)"):
+        return problem
     out_a, out_b = torch.empty(10 * size), torch.empty(10 * size)
     dist.all_gather_into_tensor(out_a, x, group=pg)
     dist.all_gather_into_tensor(out_b, x, group=gloo)
@@ -53,6 +59,9 @@ def check_collectives(pg, gloo, rank: int, size: int) -> str | None:
     dist.reduce_scatter_tensor(rs_a, big, group=pg)
     dist.reduce_scatter_tensor(rs_b, big, group=gloo)
     if problem := close(rs_a, rs_b, "reduce_scatter_tensor"):
+        return problem
+    dist.reduce_scatter_tensor(rs_a, big, op=dist._make_nccl_premul_sum(torch.tensor(0.25)), group=pg)
+    if problem := close(rs_a, 0.25 * rs_b, "reduce_scatter_tensor PREMUL_SUM(tensor 0.25)"):
         return problem
     dist.reduce_scatter(rs_a, list(big.chunk(size)), op=dist.ReduceOp.MAX, group=pg)
     dist.reduce_scatter(rs_b, list(big.chunk(size)), op=dist.ReduceOp.MAX, group=gloo)

@@ -87,3 +87,25 @@ def test_overlap_detection() -> None:
     assert overlaps(base[:5], base[4:])
     assert not overlaps(base[:5], base[5:])
     assert not overlaps(base[:0], base)
+
+
+def test_torch_premul_sum_ops_carry_their_factor() -> None:
+    """FSDP's dist._make_nccl_premul_sum(factor), float or tensor, becomes pccl's premul_sum(factor)."""
+    assert as_reduction(dist._make_nccl_premul_sum(2.0)).pre_scale == 2.0
+    assert as_reduction(dist._make_nccl_premul_sum(torch.tensor([0.25]))).pre_scale == 0.25
+    with pytest.raises(ValueError, match="needs a factor"):
+        as_reduction(dist.ReduceOp.PREMUL_SUM)
+
+
+@pytest.mark.parametrize("config,served", [
+    ("cpu:pccl,cuda:pccl", {"cpu", "cuda"}),
+    ("pccl", {"cpu", "cuda"}),
+    ("cpu:gloo,cuda:pccl", {"cuda"}),
+    ("cpu:pccl,cuda:nccl", {"cpu"}),
+    ("cpu:gloo,cuda:nccl", set()),
+    ("CPU:PCCL", {"cpu"}),
+])
+def test_backend_device_map_says_which_devices_pccl_serves(config: str, served: set[str]) -> None:
+    from pccl_torch.integrations.torch_backend import _pccl_devices
+
+    assert _pccl_devices(config) == served
