@@ -82,8 +82,8 @@ def premul_sum(factor: float) -> Reduction:
 _BY_NAME = {op.name: op for op in ReduceOp}
 
 
-def _from_torch(op: Any) -> ReduceOp | None:
-    """Map a ``torch.distributed.ReduceOp`` (or its RedOpType) to ours, or None."""
+def _torch_name(op: Any) -> str | None:
+    """The name of a ``torch.distributed.ReduceOp`` (or its RedOpType), e.g. ``"SUM"``, or None."""
     name = getattr(op, "name", None)
     if name is None:
         # torch.distributed.ReduceOp instances are not hashable; their RedOpType lives in `.op`.
@@ -92,7 +92,7 @@ def _from_torch(op: Any) -> ReduceOp | None:
     if name is None:
         text = str(op)
         name = text.rsplit(".", 1)[-1] if "ReduceOp" in text or "RedOpType" in text else None
-    return _BY_NAME.get(name) if name else None
+    return name
 
 
 def _torch_premul_factor(op: Any) -> Any:
@@ -112,10 +112,11 @@ def as_reduction(op: Any) -> Reduction:
     elif isinstance(op, ReduceOp):
         found = op
     else:
-        found = _from_torch(op)
+        found = _BY_NAME.get(_torch_name(op) or "")
     if found is None:
+        shown = _torch_name(op) if not isinstance(op, str) and _torch_name(op) else repr(op)
         raise ValueError(
-            f"unsupported reduction {op!r}: expected one of {', '.join(_BY_NAME)} "
+            f"unsupported reduction {shown}: expected one of {', '.join(_BY_NAME)} "
             "(pccl_torch.ReduceOp, torch.distributed.ReduceOp or a name), or pccl_torch.premul_sum(factor)"
         )
     if found is ReduceOp.PREMUL_SUM:

@@ -38,6 +38,12 @@ def check_collectives(pg, gloo, rank: int, size: int) -> str | None:
         dist.all_reduce(b, op=op, group=gloo)
         if problem := close(a, b, f"all_reduce {op}"):
             return problem
+    try:  # an op pccl does not implement: a clear error naming it, before anything is sent
+        dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BXOR, group=pg)
+        return "all_reduce with BXOR did not raise"
+    except ValueError as exc:
+        if "BXOR" not in str(exc):
+            return f"the error for BXOR does not name it: {exc}"
     # PREMUL_SUM as FSDP builds it (gloo has none: the reference is factor x SUM)
     a, b = x.clone(), x.clone()
     dist.all_reduce(a, op=dist._make_nccl_premul_sum(0.5), group=pg)
