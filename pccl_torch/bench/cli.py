@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iter-budget", help="bytes per size and backend (e.g. 256M): big sizes run fewer "
                    "iterations, at most budget / size (at least 3)")
     p.add_argument("--check", action="store_true", help="check every result (#wrong column)")
+    p.add_argument("--confirm", type=int, default=0, metavar="N",
+                   help="re-time pccl's own choice head to head against the two fastest fixed algorithms of the "
+                        "first pass, N iterations each, and report auto / fastest fixed (needs pccl and pccl:...)")
     p.add_argument("--json", help="write the rows to this JSON file")
     p.add_argument("--plot", help="write a busbw-vs-size plot (PNG) here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -125,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=getattr(torch, args.dtype), warmup=args.warmup, iters=args.iters,
         backends=args.backends, check=args.check,
         iter_budget=parse_size(args.iter_budget) if args.iter_budget else None,
+        confirm=args.confirm,
     )
     try:
         validate_backends(settings.backends, settings.collectives)

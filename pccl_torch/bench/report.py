@@ -14,6 +14,9 @@ JSON_FIELDS = (
     "busbw_gbps", "wrong", "vs_best_baseline", "ranks", "local_size", "nodes", "iters", "warmup", "hostname",
     "versions",
 )
+#: Present on auto rows only, with ``--confirm N``: the head-to-head re-timing of auto against the fastest
+#: fixed algorithms (``auto_vs_best_fixed`` > 1: auto slower).
+CONFIRM_FIELDS = ("confirm_iters", "confirm_auto_us", "confirm_fixed", "confirm_fixed_us", "auto_vs_best_fixed")
 
 
 def _label(row: dict) -> str:
@@ -58,6 +61,14 @@ def format_footer(rows: list[dict]) -> list[str]:
         speedup = ratios.get((collective, label))
         extra = f"  x{math.exp(sum(map(math.log, speedup)) / len(speedup)):.2f}" if speedup else ""
         lines.append(f"#  {collective:<15} {label:<34} {sum(values) / len(values):8.3f}{extra}")
+    confirmed = [r for r in rows if "auto_vs_best_fixed" in r]
+    if confirmed:
+        worst = max(confirmed, key=lambda r: r["auto_vs_best_fixed"])
+        within = sum(r["auto_vs_best_fixed"] <= 1.10 for r in confirmed)
+        lines.append(f"# Auto vs the fastest fixed algorithm, re-timed head to head ({worst['confirm_iters']} iterations): "
+                     f"within 10% at {within} of {len(confirmed)} points; worst {worst['auto_vs_best_fixed']:.3f}x "
+                     f"({worst['collective']} {format_size(worst['size_bytes'])}: auto {worst['algorithm']} "
+                     f"{worst['confirm_auto_us']:.1f} us vs {worst['confirm_fixed']} {worst['confirm_fixed_us']:.1f} us)")
     wrong = sum(max(r["wrong"], 0) for r in rows)
     checked = any(r["wrong"] >= 0 for r in rows)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'WRONG'}" if checked
@@ -66,9 +77,10 @@ def format_footer(rows: list[dict]) -> list[str]:
 
 
 def write_json(rows: list[dict], path: str | Path) -> None:
-    """One object per row with exactly :data:`JSON_FIELDS` (schema in the README)."""
+    """One object per row with exactly :data:`JSON_FIELDS`, plus :data:`CONFIRM_FIELDS` where measured
+    (schema in the README)."""
     with open(path, "w") as fh:
-        json.dump([{k: r[k] for k in JSON_FIELDS} for r in rows], fh, indent=1)
+        json.dump([{k: r[k] for k in JSON_FIELDS + CONFIRM_FIELDS if k in r} for r in rows], fh, indent=1)
 
 
 def plot(rows: list[dict], path: str | Path) -> None:

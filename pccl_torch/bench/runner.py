@@ -31,6 +31,8 @@ class Settings:
     check: bool
     iter_budget: int | None = None
     """Bytes per size and backend: above ``iter_budget / iters`` bytes, fewer iterations (see ``counts``)."""
+    confirm: int = 0
+    """Iterations of the head-to-head re-timing of auto against the fastest fixed algorithms (0: none)."""
 
     def counts(self, nbytes: int) -> tuple[int, int]:
         """(warm-up, timed) iterations at ``nbytes``: ``warmup`` and ``iters``; with ``iter_budget``, at most
@@ -126,27 +128,18 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True)
         calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
         warmup, iters = settings.counts(nbytes)
-        samples = np.zeros((len(backends), iters))
         # A new order every iteration (the same on every rank: collectives must be issued in the same
         # order everywhere), so that no backend always follows the same one: on an oversubscribed machine
         # a call right after a gloo collective runs measurably slower.
         order = np.random.default_rng(len(plan) * 7919 + size)
-        for it in range(warmup + iters):
-            for i in order.permutation(len(calls)):
-                call = calls[i]
-                bufs.reset()
-                world.Barrier()
-                start = MPI.Wtime()
-                call()
-                if it >= warmup:
-                    samples[i, it - warmup] = MPI.Wtime() - start
-        slowest = np.empty_like(samples)
-        world.Allreduce(samples, slowest, op=MPI.MAX)  # a collective ends when its last rank does
+        slowest = _time_interleaved(calls, warmup, iters, bufs, order, world)
+        medians = [statistics.median(times) for times in slowest]
+        confirmed = _confirm_auto(backends, calls, medians, settings.confirm, bufs, order, world)
         for i, (backend, call) in enumerate(zip(backends, calls)):
             wrong = -1
             if settings.check:
                 wrong = world.allreduce(_count_wrong(collective, call, bufs, topo.rank, ranks), op=MPI.SUM)
-            seconds = statistics.median(slowest[i])
+            seconds = medians[i]
             algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm, settings.dtype)
                                               if backend.name == "pccl" else "native")
             algbw = nbytes / seconds / 1e9
@@ -157,6 +150,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
                 "iters": iters, "warmup": warmup, "hostname": host, "versions": info,
+                **(confirmed if backend.name == "pccl" and backend.algorithm is None else {}),
             })
         if bar:
             bar.update()
@@ -164,6 +158,44 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         bar.close()
     add_ratios(rows)
     return rows
+
+
+def _time_interleaved(calls: list[Callable[[], None]], warmup: int, iters: int, bufs: _Buffers,
+                      order: np.random.Generator, world) -> np.ndarray:
+    """Seconds per (call, timed iteration), of the slowest rank: every call once per iteration, in a
+    fresh shuffled order each time, each started from a barrier."""
+    samples = np.zeros((len(calls), iters))
+    for it in range(warmup + iters):
+        for i in order.permutation(len(calls)):
+            bufs.reset()
+            world.Barrier()
+            start = MPI.Wtime()
+            calls[i]()
+            if it >= warmup:
+                samples[i, it - warmup] = MPI.Wtime() - start
+    slowest = np.empty_like(samples)
+    world.Allreduce(samples, slowest, op=MPI.MAX)  # a collective ends when its last rank does
+    return slowest
+
+
+def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medians: list[float], iters: int,
+                  bufs: _Buffers, order: np.random.Generator, world) -> dict:
+    """Re-time pccl's own choice head to head against the two fastest fixed algorithms of the first pass,
+    ``iters`` interleaved iterations each. The first pass picks the candidates, this one times them: taking
+    the fastest of many noisy columns as "best fixed" would otherwise favour the fixed side by the noise
+    alone. Returns the auto row's ``confirm_*`` fields (empty without ``iters`` or fixed algorithms)."""
+    auto = [i for i, b in enumerate(backends) if b.name == "pccl" and b.algorithm is None]
+    fixed = sorted((i for i, b in enumerate(backends) if b.name == "pccl" and b.algorithm is not None),
+                   key=lambda i: medians[i])[:2]
+    if not iters or not auto or not fixed:
+        return {}
+    picked = [auto[0], *fixed]
+    slowest = _time_interleaved([calls[i] for i in picked], 1, iters, bufs, order, world)
+    times = [statistics.median(t) for t in slowest]
+    best = min(range(1, len(picked)), key=lambda k: times[k])
+    return {"confirm_iters": iters, "confirm_auto_us": times[0] * 1e6,
+            "confirm_fixed": backends[picked[best]].algorithm, "confirm_fixed_us": times[best] * 1e6,
+            "auto_vs_best_fixed": times[0] / times[best]}
 
 
 def add_ratios(rows: list[dict]) -> None:
