@@ -95,6 +95,9 @@ def _torch_name(op: Any) -> str | None:
     return name
 
 
+_PLAIN = {op: Reduction(op, op) for op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX)}
+
+
 def _torch_premul_factor(op: Any) -> Any:
     """The factor of a torch PREMUL_SUM ReduceOp (a float or a one-element tensor), or None."""
     try:
@@ -107,6 +110,8 @@ def as_reduction(op: Any) -> Reduction:
     """Normalise ``op`` (ours, torch's, a name such as ``"sum"``, or a Reduction) to a Reduction."""
     if isinstance(op, Reduction):
         return op
+    if isinstance(op, ReduceOp) and op in _PLAIN:  # the common case, on every call: no allocation
+        return _PLAIN[op]
     if isinstance(op, str):
         found = _BY_NAME.get(op.upper())
     elif isinstance(op, ReduceOp):

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,6 +73,12 @@ def resolve(collective: Collective, name: str) -> Plan:
     """The :class:`Plan` of ``name``; ``ValueError`` listing the valid names if it is unknown."""
     if not isinstance(name, str):
         raise TypeError(f"algorithm must be a string, got {type(name).__name__}")
+    return _resolve(collective, name)
+
+
+@functools.lru_cache(maxsize=512)
+def _resolve(collective: Collective, name: str) -> Plan:
+    """Cached: every call resolves its algorithm's name (plans are immutable; unknown names raise)."""
     hier = name.startswith(HIER_PREFIX)
     inner = name[len(HIER_PREFIX):] if hier else name
     if inner in _NATIVE_ON and not (hier and inner == "vendor"):

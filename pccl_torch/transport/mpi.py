@@ -97,8 +97,11 @@ class MPITransport(Transport):
             self._complete_collective(request, "reduce-scatter")
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
-        with self._typed(tensor, copy_back=True) as buf:
-            self._complete_collective(self.comm.Iallreduce(MPI.IN_PLACE, buf.numpy(), _MPI_OPS[op]), "all-reduce")
+        if tensor.dtype in _UPCAST or tensor.is_cuda:  # through a host tensor MPI can reduce, and back
+            with self._typed(tensor, copy_back=True) as buf:
+                return self.native_all_reduce(buf, op)
+        self._complete_collective(self.comm.Iallreduce(MPI.IN_PLACE, tensor.numpy(), _MPI_OPS[op]), "all-reduce")
+        return None
 
     def _complete_collective(self, request: "MPI.Request", what: str) -> None:
         self._complete([request], [None], f"MPI's native {what}")
