@@ -36,13 +36,13 @@ def main() -> None:
         raise SystemExit("no selector profile: run pccl-tune or pass --profile")
     selector = Selector(Profile.load(path), str(path))
     topo = Topology(0, 4, 2)
-    comm = SimpleNamespace(selector=selector, topology=topo)
+    comm = SimpleNamespace(selector=selector, topology=topo, algo_overrides={}, auto_plans={})
     nbytes = 1 << 20
     first = per_call_us(lambda: Selector(selector.profile).choose("all_reduce", nbytes, topo, 4), 2_000)
     rows = [
         ("selector, first call (tree walk, no cache)", first),
         ("selector, cached", per_call_us(lambda: selector.choose("all_reduce", nbytes, topo, 4), args.calls)),
-        ("API choice (PCCL_ALGO, selector, resolve)",
+        ("API choice (per-communicator cache)",
          per_call_us(lambda: api._plan(comm, "all_reduce", None, nbytes, torch.float32), args.calls)),
         ("heuristic (for comparison)", per_call_us(lambda: heuristic.choose("all_reduce", nbytes, topo), args.calls)),
     ]

@@ -9,8 +9,6 @@ collective that fails (timeout, dead peer) raises ``PcclTimeoutError`` and break
 
 from __future__ import annotations
 
-import functools
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +16,7 @@ from typing import Any
 import torch
 
 from pccl_torch import heuristic
-from pccl_torch.algorithms import COLLECTIVES, Collective
+from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator, default_communicator
 from pccl_torch.errors import PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
@@ -28,40 +26,26 @@ from pccl_torch.triton_kernels import scale_
 from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes, check_tensor, overlaps
 from pccl_torch.work import Work
 
-ALGO_ENV = "PCCL_ALGO"
-
-
-def _env_overrides() -> dict[str, str]:
-    """``PCCL_ALGO=all_reduce:ring,all_gather:bruck`` as a dict; malformed entries raise."""
-    return _parse_overrides(os.environ.get(ALGO_ENV, "").strip())
-
-
-@functools.lru_cache(maxsize=8)
-def _parse_overrides(raw: str) -> dict[str, str]:
-    """Parsed once per distinct value (every call consults it); callers must not mutate the result."""
-    if not raw:
-        return {}
-    overrides = {}
-    for entry in raw.split(","):
-        collective, sep, name = entry.strip().partition(":")
-        if not sep or not name:
-            raise ValueError(f"{ALGO_ENV} entry {entry!r} must look like 'all_reduce:ring'")
-        if collective not in COLLECTIVES:
-            raise ValueError(f"{ALGO_ENV} entry {entry!r}: unknown collective {collective!r}; "
-                             f"expected one of {', '.join(COLLECTIVES)}")
-        resolve(collective, name)  # an unknown name fails here, listing the valid ones
-        overrides[collective] = name
-    return overrides
-
+_AUTO_PLANS_MAX = 4096
 
 def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
           dtype: torch.dtype) -> Plan:
-    """The one place algorithms are chosen: explicit name, else PCCL_ALGO, else the selector, else the
-    heuristic."""
-    name = algorithm or _env_overrides().get(collective)
-    if not name and comm.selector is not None:
-        name = comm.selector.choose(collective, nbytes, comm.topology, dtype.itemsize)
-    return resolve(collective, name or heuristic.choose(collective, nbytes, comm.topology))
+    """The one place algorithms are chosen: explicit name, else PCCL_ALGO (read when the communicator was
+    created, as NCCL reads NCCL_ALGO), else the selector, else the heuristic. Automatic choices are cached
+    per communicator and call shape, so a repeated call pays one dict lookup."""
+    if algorithm:
+        return resolve(collective, algorithm)
+    key = (collective, nbytes, dtype)
+    plan = comm.auto_plans.get(key)
+    if plan is None:
+        name = comm.algo_overrides.get(collective)
+        if not name and comm.selector is not None:
+            name = comm.selector.choose(collective, nbytes, comm.topology, dtype.itemsize)
+        plan = resolve(collective, name or heuristic.choose(collective, nbytes, comm.topology))
+        if len(comm.auto_plans) >= _AUTO_PLANS_MAX:  # bounded: programs with ever-new sizes start over
+            comm.auto_plans.clear()
+        comm.auto_plans[key] = plan
+    return plan
 
 
 def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,

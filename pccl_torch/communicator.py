@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from pccl_torch import failure_notice
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
+from pccl_torch.plan import Plan, env_overrides
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.topology import Topology, detect
@@ -96,6 +97,10 @@ class Communicator:
     owns_process_group: bool = False
     selector: Selector | None = None
     """The learned algorithm choice (None: the heuristic); identical on every rank."""
+    algo_overrides: dict[str, str] = field(default_factory=env_overrides)
+    """``PCCL_ALGO`` per collective, read once at creation (a malformed value fails ``init``)."""
+    auto_plans: dict[tuple, Plan] = field(default_factory=dict, repr=False)
+    """The plan ``algorithm=None`` resolved to, per (collective, bytes, dtype)."""
     timeout_s: float = DEFAULT_TIMEOUT.total_seconds()
     """How long any wait on a peer may take before the collective raises ``PcclTimeoutError``."""
     check: bool = False

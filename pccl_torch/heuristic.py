@@ -34,7 +34,7 @@ def flat_choice(collective: Collective, nbytes: int, ranks: int) -> str:
 def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
     """Algorithm name for a call of ``collective`` on a full buffer of ``nbytes`` bytes."""
     if topology.world_size == 1:
-        return "ring"  # one rank: every schedule is a copy
+        return "mpi"  # one rank: every schedule is a copy, and MPI's own has the least Python around it
     if not topology.is_hierarchical:
         return flat_choice(collective, nbytes, topology.world_size)
     # The inter-node phase moves N/P of the buffer (AG, RS), or its 1/L shard (AR).

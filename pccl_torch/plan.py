@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import functools
-
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,3 +86,25 @@ def _resolve(collective: Collective, name: str) -> Plan:
     if inner in family(collective):
         return Plan(collective, name, algorithms.get(collective, inner), hier, "world")
     raise ValueError(f"unknown {collective} algorithm {name!r}; valid: {', '.join(valid_names(collective))}")
+
+
+ALGO_ENV = "PCCL_ALGO"
+
+
+def env_overrides() -> dict[str, str]:
+    """``PCCL_ALGO=all_reduce:ring,all_gather:bruck`` as a dict; malformed entries raise, naming the valid
+    collectives or algorithms. Read when a communicator is created (see ``Communicator.algo_overrides``)."""
+    raw = os.environ.get(ALGO_ENV, "").strip()
+    if not raw:
+        return {}
+    overrides = {}
+    for entry in raw.split(","):
+        collective, sep, name = entry.strip().partition(":")
+        if not sep or not name:
+            raise ValueError(f"{ALGO_ENV} entry {entry!r} must look like 'all_reduce:ring'")
+        if collective not in algorithms.COLLECTIVES:
+            raise ValueError(f"{ALGO_ENV} entry {entry!r}: unknown collective {collective!r}; "
+                             f"expected one of {', '.join(algorithms.COLLECTIVES)}")
+        resolve(collective, name)  # an unknown name fails here, listing the valid ones
+        overrides[collective] = name
+    return overrides

@@ -64,6 +64,8 @@ class Selector:
         return hit
 
     def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> tuple[str, str]:
+        if topology.world_size == 1:
+            return heuristic.choose(collective, nbytes, topology), "heuristic"
         valid = valid_names(collective)
         # Below the smallest trained size every schedule is latency-bound: decide as for that size.
         smallest = self.profile.metadata.get("feature_ranges", {}).get("log2_bytes", [0.0])[0]

@@ -88,15 +88,23 @@ class MPITransport(Transport):
             self._complete(requests, [source, dest], f"exchange with ranks {source}/{dest}")
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        if self._size == 1:  # one rank: a copy, on the tensors' own device (no host staging)
+            out.copy_(inp.view_as(out))
+            return
         with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
             self._complete_collective(self.comm.Iallgather(_byte_buffer(sbuf), _byte_buffer(rbuf)), "all-gather")
 
     def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
+        if self._size == 1:
+            out.copy_(inp.view_as(out))
+            return
         with self._typed(inp, copy_back=False) as src, self._typed(out, copy_back=True) as dst:
             request = self.comm.Ireduce_scatter_block(src.numpy(), dst.numpy(), _MPI_OPS[op])
             self._complete_collective(request, "reduce-scatter")
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
+        if self._size == 1:  # the reduction of one contribution is itself
+            return None
         if tensor.dtype in _UPCAST or tensor.is_cuda:  # through a host tensor MPI can reduce, and back
             with self._typed(tensor, copy_back=True) as buf:
                 return self.native_all_reduce(buf, op)

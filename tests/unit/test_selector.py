@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from pccl_torch import api
+from pccl_torch import plan
 from pccl_torch.plan import valid_names
 from pccl_torch.selector.dataset import Case, cases_from_model
 from pccl_torch.selector.profile import Profile, ProfileError
@@ -124,10 +124,10 @@ def test_choices_are_cached_per_size_bucket(trained) -> None:
 
 def test_pccl_algo_overrides_are_validated(monkeypatch) -> None:
     monkeypatch.setenv("PCCL_ALGO", "all_reduce:ring,all_gather:hier:bruck")
-    assert api._env_overrides() == {"all_reduce": "ring", "all_gather": "hier:bruck"}
+    assert plan.env_overrides() == {"all_reduce": "ring", "all_gather": "hier:bruck"}
     monkeypatch.setenv("PCCL_ALGO", "all_reduce:bruck")
     with pytest.raises(ValueError, match="valid: ring, rabenseifner"):
-        api._env_overrides()
+        plan.env_overrides()
     monkeypatch.setenv("PCCL_ALGO", "allreduce:ring")
     with pytest.raises(ValueError, match="unknown collective 'allreduce'"):
-        api._env_overrides()
+        plan.env_overrides()
