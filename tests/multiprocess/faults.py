@@ -27,19 +27,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.multiprocess.conftest import HERE, ROOT, mpiexec
+from tests.multiprocess.conftest import (HERE, OPENMPI_PREFIX, ROOT, mpiexec, openmpi_available, openmpi_command,
+                                          openmpi_environment)
 
 RANKS = 4
 TIMEOUT_S = 3.0
 SLACK_S = 10.0  # the issue's bound: every survivor reports within timeout + 10 s
 LAUNCH_LIMIT_S = 180.0  # the whole trial, start-up included (a hang fails here)
 VICTIM = RANKS - 1
-ULFM_PREFIX = Path(os.environ.get("PCCL_ULFM_PREFIX", ROOT / ".ompi"))
-
-
 def ulfm_available() -> bool:
     """Whether the Open MPI (ULFM) install used by the ``ulfm`` trials is there (``make ulfm``)."""
-    return (ULFM_PREFIX / "bin" / "mpiexec").exists() and (ULFM_PREFIX / "lib" / "libmpi.so.40").exists()
+    return openmpi_available()
 
 
 def _command(mpi: str, local_size: int, driver_args: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -50,13 +48,7 @@ def _command(mpi: str, local_size: int, driver_args: list[str]) -> tuple[list[st
     if mpi == "mpich":
         return [mpiexec(), "-disable-auto-cleanup", "-n", str(RANKS), "-env", "PCCL_LOCAL_SIZE", str(local_size),
                 *program], env
-    # Running as root (containers, CI) needs Open MPI's explicit consent; a survivor's non-zero exit
-    # must not make the launcher kill the others before they report.
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return [str(ULFM_PREFIX / "bin" / "mpiexec"), "--with-ft", "ulfm", "--oversubscribe",
-            "--runtime-options", "error-nonzero-status=false", "-n", str(RANKS),
-            "-x", f"PCCL_LOCAL_SIZE={local_size}", "-x", f"MPI4PY_LIBMPI={ULFM_PREFIX / 'lib' / 'libmpi.so.40'}",
-            *program], env
+    return openmpi_command(RANKS, local_size, program, fault_tolerant=True), openmpi_environment(env)
 
 
 @dataclass
@@ -180,7 +172,7 @@ def main() -> None:
     parser.add_argument("--algorithm", default=None, help="for kill and skip (default: auto; ring for skip)")
     args = parser.parse_args()
     if args.mpi == "ulfm" and not ulfm_available():
-        raise SystemExit(f"no Open MPI (ULFM) under {ULFM_PREFIX}: run 'make ulfm' (or set PCCL_ULFM_PREFIX)")
+        raise SystemExit(f"no Open MPI (ULFM) under {OPENMPI_PREFIX}: run 'make ulfm' (or set PCCL_ULFM_PREFIX)")
     rows = []
     with tempfile.TemporaryDirectory(prefix="pccl-faults-") as tmp:
         for kind in args.kinds.split(","):

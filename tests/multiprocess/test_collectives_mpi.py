@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .conftest import launch
+from .conftest import OPENMPI_PREFIX, launch, openmpi_available
 
 # (ranks, ranks per emulated node): n = 1..6, local sizes 1, 2, 3 wherever they divide n.
 LAYOUTS = [(n, local) for n in range(1, 7) for local in (1, 2, 3) if n % local == 0 and local <= n]
@@ -23,6 +23,22 @@ def test_every_collective_algorithm_dtype_and_op(ranks: int, local_size: int, tm
     assert report["ranks"] == ranks and report["local_size"] == local_size
     assert report["failed"] == 0, "\n".join(report["failures"][:30])
     assert report["passed"] > 1000 * ranks, f"too few cases ran: {report['passed']}"
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not openmpi_available(), reason=f"no Open MPI under {OPENMPI_PREFIX}: make ulfm")
+@pytest.mark.parametrize("ranks,local_size", [(4, 2), (5, 1)], ids=["n4-L2", "n5-L1"])
+def test_every_collective_under_open_mpi(ranks: int, local_size: int, tmp_path) -> None:
+    """The same cases (small sizes) on Open MPI 5 instead of MPICH: the transports and native collectives
+    depend on no one MPI library."""
+    summary = tmp_path / "summary.json"
+    result = launch("driver.py", ranks, "--no-large", "--json", str(summary), local_size=local_size, openmpi=True)
+    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    report = json.loads(summary.read_text())
+    assert report["mpi"].startswith("Open MPI"), report["mpi"]
+    assert report["failed"] == 0, "\n".join(report["failures"][:30])
+    assert report["passed"] > 1000 * ranks
     assert result.returncode == 0, result.stderr[-4000:]
 
 

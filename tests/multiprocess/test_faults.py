@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from .faults import ULFM_PREFIX, VICTIM, run_trial, ulfm_available
+from .conftest import OPENMPI_PREFIX
+from .faults import VICTIM, run_trial, ulfm_available
 
 pytestmark = pytest.mark.multiprocess
-needs_ulfm = pytest.mark.skipif(not ulfm_available(), reason=f"no Open MPI (ULFM) under {ULFM_PREFIX}: make ulfm")
+needs_ulfm = pytest.mark.skipif(not ulfm_available(), reason=f"no Open MPI (ULFM) under {OPENMPI_PREFIX}: make ulfm")
 
 
 @pytest.mark.parametrize("trial", range(2))
