@@ -48,7 +48,7 @@ def check_reduction(reduction: Reduction, dtype: torch.dtype) -> None:
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when the memory of ``a`` and ``b`` intersects (both contiguous)."""
-    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+    if a.numel() == 0 or b.numel() == 0 or a.get_device() != b.get_device():  # get_device: no device object
         return False
     a0, b0 = a.data_ptr(), b.data_ptr()
     return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()

@@ -4,6 +4,7 @@ non-power-of-two fold that lets recursive doubling/halving run on any rank count
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -23,10 +24,11 @@ class Blocks:
             offsets.append(offsets[-1] + c)
         return cls(tuple(counts), tuple(offsets))
 
-    @classmethod
-    def even(cls, num_blocks: int, count: int) -> "Blocks":
-        """``num_blocks`` blocks of ``count`` elements (all-gather and reduce-scatter layouts)."""
-        return cls.from_counts([count] * num_blocks)
+    @staticmethod
+    def even(num_blocks: int, count: int) -> "Blocks":
+        """``num_blocks`` blocks of ``count`` elements (all-gather and reduce-scatter layouts); the same
+        immutable object for the same arguments (every flat all-gather and reduce-scatter asks)."""
+        return _even(num_blocks, count)
 
     @classmethod
     def balanced(cls, total: int, num_blocks: int) -> "Blocks":
@@ -54,6 +56,11 @@ class Blocks:
         """The layout whose block ``i`` is this layout's block ``(i + shift) % p`` (Bruck's order)."""
         p = len(self.counts)
         return Blocks.from_counts([self.counts[(i + shift) % p] for i in range(p)])
+
+
+@functools.lru_cache(maxsize=256)
+def _even(num_blocks: int, count: int) -> Blocks:
+    return Blocks.from_counts([count] * num_blocks)
 
 
 @dataclass(frozen=True, slots=True)

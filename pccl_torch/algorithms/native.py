@@ -13,14 +13,14 @@ _COST = "the library's own choice"
 
 
 def _require_even(blocks: Blocks, what: str) -> None:
-    if len(set(blocks.counts)) > 1:
+    if blocks.counts and blocks.total != blocks.counts[0] * len(blocks.counts):
         raise ValueError(f"native {what} needs equal blocks, got counts {blocks.counts}")
 
 
 @register("all_gather", "native", summary="the transport's own all-gather", cost=_COST)
 def all_gather(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) -> None:
     _require_even(blocks, "all-gather")
-    if inp.numel() and inp.data_ptr() == blocks.block(out, t.rank).data_ptr():
+    if inp.numel() and inp.data_ptr() == out.data_ptr() + blocks.offsets[t.rank] * out.element_size():
         inp = inp.clone()  # the library wants distinct send and receive buffers
     t.native_all_gather(out, inp)
 

@@ -1,7 +1,10 @@
 """mpi4py transport: zero-copy point-to-point and native collectives on torch tensors.
 
-CPU tensors go to MPI through the buffer protocol of a byte view (``tensor.view(torch.uint8).numpy()``:
-no copy, and it works for bfloat16, which has no NumPy or MPI type). CUDA tensors go through
+CPU tensors go to MPI as a buffer over their memory (``MPI.buffer.fromaddress(data_ptr, nbytes)``: no
+copy; bytes for moves, so bfloat16, which has no NumPy or MPI type, works; the MPI type of the dtype for
+reductions). It is 3x cheaper than ``tensor.numpy()``, which matters more than it seems: with 4 ranks
+sharing 2 cores, a 1 KiB all-reduce took 93 us through ``numpy()`` and 66 us through the address, against
+60 us for a ready-made NumPy array, as every instruction of one rank delays the others. CUDA tensors go through
 ``__cuda_array_interface__`` after the producing stream is synchronised, when the MPI library is
 CUDA-aware (``PCCL_CUDA_AWARE_MPI=1``); otherwise they are staged through host memory.
 Never pickled objects, never ``.tolist()``.
@@ -34,9 +37,22 @@ from pccl_torch.transport.base import Transport
 _MPI_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
 # MPI has no 16-bit float types: native reductions on them run on a float32 copy.
 _UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+_MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int32: MPI.INT32_T,
+              torch.int64: MPI.INT64_T}
+
+
+def _needs_typing(tensor: torch.Tensor) -> bool:
+    """Whether a native reduction must run on a host copy of another dtype (16-bit floats, CUDA)."""
+    return tensor.dtype not in _MPI_TYPES or tensor.is_cuda
 # Polling schedule: yield the core between polls until _YIELD_S, then nap _NAP_S between polls.
 _YIELD_S = 0.05
 _NAP_S = 0.0005
+_POLLS_PER_CHECK = 16
+
+
+def _nap() -> None:
+    time.sleep(_NAP_S)
+
 _FAILED_WAIT_S = 0.5
 _FAILURE_CHECK_S = 0.1  # how often a waiting rank asks a fault-tolerant MPI whether a peer has failed
 _ERROR_NAMES = {MPI.ERR_PROC_FAILED: "MPI_ERR_PROC_FAILED", MPI.ERR_PROC_FAILED_PENDING: "MPI_ERR_PROC_FAILED_PENDING"}
@@ -57,20 +73,24 @@ def cuda_aware() -> bool:
     return os.environ.get("PCCL_CUDA_AWARE_MPI", "0") == "1"
 
 
-def _byte_buffer(tensor: torch.Tensor) -> Any:
-    raw = tensor.reshape(-1).view(torch.uint8)
-    if raw.is_cuda:
-        torch.cuda.current_stream(raw.device).synchronize()
-        return [raw, MPI.BYTE]
-    return [raw.numpy(), MPI.BYTE]
+def _buffer(tensor: torch.Tensor, datatype: "MPI.Datatype" = MPI.BYTE) -> Any:
+    """``[buffer, datatype]`` over a contiguous tensor's memory, without a copy; CUDA tensors (CUDA-aware
+    MPI only) by ``__cuda_array_interface__`` once their stream is done."""
+    if tensor.is_cuda:
+        torch.cuda.current_stream(tensor.device).synchronize()
+        return [tensor.reshape(-1).view(torch.uint8) if datatype == MPI.BYTE else tensor, datatype]
+    if not tensor.is_contiguous():
+        raise ValueError("internal error: MPI buffers must be contiguous tensors")
+    return [MPI.buffer.fromaddress(tensor.data_ptr(), tensor.numel() * tensor.element_size()), datatype]
+
+
+def _needs_staging(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda and not cuda_aware()
 
 
 @contextmanager
 def _host_staged(tensor: torch.Tensor, *, copy_back: bool) -> Iterator[torch.Tensor]:
-    """Yield ``tensor`` itself, or a host copy of a CUDA tensor when MPI is not CUDA-aware."""
-    if not tensor.is_cuda or cuda_aware():
-        yield tensor
-        return
+    """A host copy of a CUDA tensor for an MPI that is not CUDA-aware (written back with ``copy_back``)."""
     host = tensor.to("cpu")
     yield host
     if copy_back:
@@ -89,60 +109,96 @@ class MPITransport(Transport):
         self._size = comm.Get_size()
 
     def send(self, tensor: torch.Tensor, dest: int) -> None:
-        with _host_staged(tensor, copy_back=False) as buf:
-            self._complete([self.comm.Isend(_byte_buffer(buf), dest)], [dest], f"send to rank {dest}")
+        if _needs_staging(tensor):
+            with _host_staged(tensor, copy_back=False) as host:
+                return self.send(host, dest)
+        self._complete([self.comm.Isend(_buffer(tensor), dest)], [dest], "send to")
+        return None
 
     def recv(self, tensor: torch.Tensor, source: int) -> None:
-        with _host_staged(tensor, copy_back=True) as buf:
-            self._complete([self.comm.Irecv(_byte_buffer(buf), source)], [source], f"receive from rank {source}")
+        if _needs_staging(tensor):
+            with _host_staged(tensor, copy_back=True) as host:
+                return self.recv(host, source)
+        self._complete([self.comm.Irecv(_buffer(tensor), source)], [source], "receive from")
+        return None
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
-        with _host_staged(send, copy_back=False) as sbuf, _host_staged(recv, copy_back=True) as rbuf:
-            requests = [self.comm.Irecv(_byte_buffer(rbuf), source), self.comm.Isend(_byte_buffer(sbuf), dest)]
-            self._complete(requests, [source, dest], f"exchange with ranks {source}/{dest}")
+        if _needs_staging(send) or _needs_staging(recv):
+            with _host_staged(send, copy_back=False) as sbuf, _host_staged(recv, copy_back=True) as rbuf:
+                return self.sendrecv(sbuf, dest, rbuf, source)
+        requests = [self.comm.Irecv(_buffer(recv), source), self.comm.Isend(_buffer(send), dest)]
+        self._complete(requests, [source, dest], "exchange with")
+        return None
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         if self._size == 1:  # one rank: a copy, on the tensors' own device (no host staging)
             out.copy_(inp.view_as(out))
-            return
-        with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
-            self._complete_collective(self.comm.Iallgather(_byte_buffer(sbuf), _byte_buffer(rbuf)), "all-gather")
+            return None
+        if _needs_staging(inp) or _needs_staging(out):
+            with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
+                return self.native_all_gather(rbuf, sbuf)
+        self._complete_collective(self.comm.Iallgather(_buffer(inp), _buffer(out)), "MPI's native all-gather")
+        return None
 
     def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
         if self._size == 1:
             out.copy_(inp.view_as(out))
-            return
-        with self._typed(inp, copy_back=False) as src, self._typed(out, copy_back=True) as dst:
-            request = self.comm.Ireduce_scatter_block(src.numpy(), dst.numpy(), _MPI_OPS[op])
-            self._complete_collective(request, "reduce-scatter")
+            return None
+        if _needs_typing(inp) or _needs_typing(out):  # through host tensors MPI can reduce, and back
+            with self._typed(inp, copy_back=False) as src, self._typed(out, copy_back=True) as dst:
+                return self.native_reduce_scatter(dst, src, op)
+        datatype = _MPI_TYPES[inp.dtype]
+        request = self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op])
+        self._complete_collective(request, "MPI's native reduce-scatter")
+        return None
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         if self._size == 1:  # the reduction of one contribution is itself
             return None
-        if tensor.dtype in _UPCAST or tensor.is_cuda:  # through a host tensor MPI can reduce, and back
+        if _needs_typing(tensor):
             with self._typed(tensor, copy_back=True) as buf:
                 return self.native_all_reduce(buf, op)
-        self._complete_collective(self.comm.Iallreduce(MPI.IN_PLACE, tensor.numpy(), _MPI_OPS[op]), "all-reduce")
+        request = self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
+        self._complete_collective(request, "MPI's native all-reduce")
         return None
 
     def _complete_collective(self, request: "MPI.Request", what: str) -> None:
-        self._complete([request], [None], f"MPI's native {what}")
+        self._complete([request], [None], what)
+
+    @staticmethod
+    def _label(what: str, peers: Sequence[int | None]) -> str:
+        """``what`` and the transport ranks it was with ("exchange with ranks 3/1"), for error messages
+        only: nothing is formatted on the path that succeeds."""
+        ranks = [str(p) for p in peers if p is not None]
+        return f"{what} rank{'s' if len(ranks) > 1 else ''} {'/'.join(ranks)}" if ranks else what
 
     def _complete(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str) -> None:
-        """Wait for ``requests`` (one peer each; None: the whole group) until the deadline, else ``Stalled``."""
+        """Wait for ``requests`` (one peer each; None: the whole group) until the deadline, else ``Stalled``.
+
+        Polls in batches of ``_POLLS_PER_CHECK`` (yield, test) with nothing else in between: on a shared
+        core every instruction between two tests delays the peers this rank waits for. The clock, the
+        deadline and the failure notices are looked at between batches."""
+        # One request: its own Test (Testall on a one-element list cost 20 us more per 1 KiB all-reduce
+        # on 4 ranks sharing 2 cores: 90 against 70 us).
+        test = requests[0].Test if len(requests) == 1 else functools.partial(MPI.Request.Testall, requests)
         start = time.monotonic()
         try:
-            if MPI.Request.Testall(requests):
+            if test():
                 return
             deadline = start + self.timeout_s
             next_failure_check = start + _FAILURE_CHECK_S
-            while not MPI.Request.Testall(requests):
+            pause = os.sched_yield
+            while True:
+                for _ in range(_POLLS_PER_CHECK):
+                    pause()
+                    if test():
+                        return
                 now = time.monotonic()
                 if failure_notice.reported():
                     # Stop touching MPI at once: polling a dead peer may make MPICH abort the whole job.
                     pending = [q for p in peers for q in (self.others() if p is None else [p])]
                     raise Stalled(self.communicator_ranks(pending), now - start,
-                                  f"{what} over MPI: mpiexec reported a failed process")
+                                  f"{self._label(what, peers)} over MPI: mpiexec reported a failed process")
                 if now >= deadline:
                     self._abandon(requests, peers, what, now - start)
                 if now >= next_failure_check and _revoke_supported():
@@ -151,10 +207,8 @@ class MPITransport(Transport):
                     next_failure_check = now + _FAILURE_CHECK_S
                     if self._failed_ranks(wait_s=0.0):
                         raise self._process_failure(MPI.ERR_PROC_FAILED, peers, what, now - start)
-                if now - start < _YIELD_S:
-                    os.sched_yield()
-                else:
-                    time.sleep(_NAP_S)
+                if now - start >= _YIELD_S:
+                    pause = _nap
         except MPI.Exception as exc:  # a fault-tolerant MPI (ULFM) reports the failure instead of hanging
             raise self._process_failure(exc.Get_error_class(), peers, what, time.monotonic() - start) from exc
 
@@ -172,7 +226,7 @@ class MPITransport(Transport):
             detail = "a peer gave up on the communicator and revoked it (MPI_ERR_REVOKED)"
         else:
             detail = f"MPI reported a failed process ({_ERROR_NAMES.get(error_class, MPI.Get_error_string(error_class).strip())})"
-        return Stalled(self.communicator_ranks(pending), waited, f"{what} over MPI: {detail}")
+        return Stalled(self.communicator_ranks(pending), waited, f"{self._label(what, peers)} over MPI: {detail}")
 
     def _is_revoked(self) -> bool:
         try:
@@ -221,7 +275,8 @@ class MPITransport(Transport):
                 request.Cancel()
             except MPI.Exception:
                 pass  # a started collective or send cannot always be cancelled; the communicator is broken anyway
-        raise Stalled(self.communicator_ranks(pending), waited, f"{what} over MPI: timed out after {self.timeout_s:g} s")
+        raise Stalled(self.communicator_ranks(pending), waited,
+                      f"{self._label(what, peers)} over MPI: timed out after {self.timeout_s:g} s")
 
     @staticmethod
     @contextmanager
