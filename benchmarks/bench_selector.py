@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import torch
 
 from pccl_torch import api, heuristic
+from pccl_torch.choice import Choice
 from pccl_torch.selector.profile import Profile
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.topology import Topology
@@ -36,7 +37,7 @@ def main() -> None:
         raise SystemExit("no selector profile: run pccl-tune or pass --profile")
     selector = Selector(Profile.load(path), str(path))
     topo = Topology(0, 4, 2)
-    comm = SimpleNamespace(selector=selector, topology=topo, algo_overrides={}, auto_plans={})
+    comm = SimpleNamespace(choice=Choice(selector=selector, overrides={}), topology=topo)
     nbytes = 1 << 20
     first = per_call_us(lambda: Selector(selector.profile).choose("all_reduce", nbytes, topo, 4), 2_000)
     rows = [

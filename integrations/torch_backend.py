@@ -34,7 +34,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
 from pccl_torch import api, failure_notice
-from pccl_torch.communicator import Communicator, _agreed_selector, checking_from_env
+from pccl_torch.choice import attach
+from pccl_torch.communicator import Communicator, checking_from_env
 from pccl_torch.topology import Topology, TopologyError, detect
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
@@ -307,7 +308,7 @@ def _topology_for(comm, size: int) -> Topology:
 
 
 def _build_communicator(setup: _GroupSetup, device: torch.device, vendor: dist.ProcessGroup, mpi=None) -> Communicator:
-    """A communicator of the group for ``device``: the node's ranks over gloo (CPU) or NCCL (CUDA), every
+    """A communicator of the group for ``device``: the node's ranks over MPI and over gloo (CPU) or NCCL (CUDA), every
     node's same local rank over MPI. Collective over the group. ``mpi`` (default: a duplicate of the group's
     MPI communicator) becomes the communicator's own."""
     t = setup.topology
@@ -317,17 +318,19 @@ def _build_communicator(setup: _GroupSetup, device: torch.device, vendor: dist.P
     else:
         intra = dist.ProcessGroupGloo(intra_store, t.local_rank, t.local_size, setup.timeout)
     mpi = mpi if mpi is not None else setup.mpi.Dup()
-    return Communicator(
+    comm = Communicator(
         topology=t,
         device=device,
         world=MPITransport(mpi, owned=True),
         vendor=TorchGroupTransport(vendor),
-        intra=TorchGroupTransport(intra),
+        intra_mpi=MPITransport(mpi.Split(color=t.node, key=t.local_rank), owned=True),
+        intra_torch=TorchGroupTransport(intra),
         inter=MPITransport(mpi.Split(color=t.local_rank, key=t.node), owned=True),
-        selector=_agreed_selector(mpi),
         timeout_s=setup.timeout.total_seconds(),
         check=checking_from_env(),
     )
+    attach(comm)
+    return comm
 
 
 def create_process_group(opts, backend_options=None) -> PcclProcessGroup:

@@ -12,6 +12,7 @@ from pccl_torch.api import (
     all_gather_single,
     all_reduce,
     choose_algorithm,
+    init,
     reduce_scatter_single,
     reduce_scatter_tensor,
 )
@@ -19,14 +20,13 @@ from pccl_torch.communicator import (
     Communicator,
     NotInitializedError,
     default_communicator,
-    init,
     init_process_group,
     is_initialized,
     shutdown,
 )
 from pccl_torch.counters import stats
 from pccl_torch.ops import ReduceOp, premul_sum
-from pccl_torch.plan import valid_names as algorithms
+from pccl_torch.plan import algorithm_names as algorithms
 from pccl_torch.topology import Topology, TopologyError
 from pccl_torch.work import Work
 

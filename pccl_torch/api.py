@@ -1,7 +1,7 @@
 """The public collectives: the single dispatch point.
 
-Each call validates its arguments (before any communication), chooses the algorithm (the explicit
-``algorithm=``, else ``PCCL_ALGO``, else the heuristic), runs it in issue order on the communicator, and
+Each call validates its arguments (before any communication), chooses the algorithm (``pccl_torch.choice``:
+the explicit ``algorithm=``, else ``PCCL_ALGO``, else the selector, else the heuristic), runs it in issue order on the communicator, and
 returns ``None`` (blocking) or a :class:`~pccl_torch.work.Work` (``async_op=True``), as torch.distributed.
 Every call gets a sequence number; with checking on, the ranks agree on its signature before it runs; a
 collective that fails (timeout, dead peer) raises ``PcclTimeoutError`` and breaks the communicator.
@@ -9,43 +9,42 @@ collective that fails (timeout, dead peer) raises ``PcclTimeoutError`` and break
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from pccl_torch import heuristic
 from pccl_torch.algorithms import Collective
-from pccl_torch.communicator import Communicator, default_communicator
+from pccl_torch.choice import attach, choice_of
+from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, default_communicator,
+                                     require_uninitialized, set_default)
 from pccl_torch.errors import PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
-from pccl_torch.plan import Plan, resolve
+from pccl_torch.plan import Plan
 from pccl_torch.signature import Signature, agree
 from pccl_torch.triton_kernels import scale_
 from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes, check_tensor, overlaps
 from pccl_torch.work import Work
 
-_AUTO_PLANS_MAX = 4096
+def init(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
+         timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None) -> Communicator:
+    """Create the default communicator (``communicator.create``: collective over ``comm``, default
+    ``MPI.COMM_WORLD``) with its algorithm choice, and return it."""
+    require_uninitialized()
+    created = create(comm, local_size=local_size, device=device, timeout=timeout, check=check)
+    attach(created)
+    return set_default(created)
+
 
 def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
           dtype: torch.dtype) -> Plan:
-    """The one place algorithms are chosen: explicit name, else PCCL_ALGO (read when the communicator was
-    created, as NCCL reads NCCL_ALGO), else the selector, else the heuristic. Automatic choices are cached
-    per communicator and call shape, so a repeated call pays one dict lookup."""
-    if algorithm:
-        return resolve(collective, algorithm)
-    key = (collective, nbytes, dtype)
-    plan = comm.auto_plans.get(key)
-    if plan is None:
-        name = comm.algo_overrides.get(collective)
-        if not name and comm.selector is not None:
-            name = comm.selector.choose(collective, nbytes, comm.topology, dtype.itemsize)
-        plan = resolve(collective, name or heuristic.choose(collective, nbytes, comm.topology))
-        if len(comm.auto_plans) >= _AUTO_PLANS_MAX:  # bounded: programs with ever-new sizes start over
-            comm.auto_plans.clear()
-        comm.auto_plans[key] = plan
-    return plan
+    """The one place algorithms are chosen (see ``pccl_torch.choice``)."""
+    choice = comm.choice
+    if choice is None:
+        choice = choice_of(comm)
+    return choice.plan(comm, collective, algorithm, nbytes, dtype)  # type: ignore[attr-defined]
 
 
 def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,

@@ -5,9 +5,13 @@
 2. detect the topology (``PCCL_LOCAL_SIZE`` emulates nodes of k consecutive ranks);
 3. initialise torch.distributed if nobody has (rank and world size from MPI; rank 0 picks a free TCP
    port and broadcasts its address over MPI, or ``MASTER_ADDR``/``MASTER_PORT`` are used when set);
-4. build the intra-node torch group of this node (gloo for CPU tensors, NCCL for CUDA) and the
-   inter-node MPI communicator of this local rank (``Split(color=local_rank)``: one per local rank,
-   so the local ranks of a node drive their NICs in parallel).
+4. build the intra-node levels of this node: its MPI communicator (``Split(color=node)``, on shared memory:
+   the default inside a node for CPU tensors) and its torch group (gloo for CPU tensors, NCCL for CUDA:
+   the default for CUDA tensors), and the inter-node MPI communicator of this local rank
+   (``Split(color=local_rank)``: one per local rank, so the local ranks of a node drive their NICs in parallel).
+
+The communicator holds transports and topology only; choosing algorithms is the API layer's job
+(``pccl_torch.choice``), which keeps its state for each communicator in :attr:`Communicator.choice`.
 
 Every wait of every transport is bounded by ``timeout`` (default 5 minutes): a collective that cannot
 finish raises :class:`~pccl_torch.errors.PcclTimeoutError` on every live rank and breaks the communicator.
@@ -32,9 +36,6 @@ import torch.distributed as dist
 
 from pccl_torch import failure_notice
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
-from pccl_torch.plan import Plan, env_overrides
-from pccl_torch.selector.profile import Profile, ProfileError
-from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.topology import Topology, detect
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.mpi import MPITransport
@@ -90,17 +91,15 @@ class Communicator:
     """All ranks over MPI: the flat algorithms and the flat ``mpi`` native collective."""
     vendor: Transport
     """All ranks over the torch.distributed world group: the flat ``vendor`` native collective."""
-    intra: Transport
-    """This node's ranks over a torch.distributed group (NCCL/gloo): the intra-node phase."""
+    intra_mpi: MPITransport
+    """This node's ranks over MPI (shared memory): the intra-node phase of CPU tensors by default."""
+    intra_torch: Transport
+    """This node's ranks over a torch.distributed group (gloo on CPU, NCCL on CUDA: CUDA's default)."""
     inter: MPITransport
     """This local rank's peers on every node over MPI: the inter-node phase."""
     owns_process_group: bool = False
-    selector: Selector | None = None
-    """The learned algorithm choice (None: the heuristic); identical on every rank."""
-    algo_overrides: dict[str, str] = field(default_factory=env_overrides)
-    """``PCCL_ALGO`` per collective, read once at creation (a malformed value fails ``init``)."""
-    auto_plans: dict[tuple, Plan] = field(default_factory=dict, repr=False)
-    """The plan ``algorithm=None`` resolved to, per (collective, bytes, dtype)."""
+    choice: object | None = None
+    """The API layer's algorithm-choice state for this communicator (``pccl_torch.choice``); opaque here."""
     timeout_s: float = DEFAULT_TIMEOUT.total_seconds()
     """How long any wait on a peer may take before the collective raises ``PcclTimeoutError``."""
     check: bool = False
@@ -117,15 +116,34 @@ class Communicator:
         _LIVE.add(self)
         topo = self.topology
         everyone = range(topo.world_size)
-        for transport, ranks in ((self.world, everyone), (self.vendor, everyone),
-                                 (self.intra, topo.node_ranks(topo.node)), (self.inter, topo.peer_ranks(topo.local_rank))):
+        node = topo.node_ranks(topo.node)
+        for transport, ranks in ((self.world, everyone), (self.vendor, everyone), (self.intra_mpi, node),
+                                 (self.intra_torch, node), (self.inter, topo.peer_ranks(topo.local_rank))):
             transport.attach(ranks, self.timeout_s)
+
+    @property
+    def intra(self) -> Transport:
+        """The device's default intra-node level: MPI for CPU tensors, the torch group (NCCL) for CUDA."""
+        return self.intra_torch if self.device.type == "cuda" else self.intra_mpi
+
+    def intra_level(self, library: str | None) -> Transport:
+        """The intra-node transport of ``library`` (``mpi``, ``gloo``, ``nccl``; None: the device's default).
+
+        ``ValueError`` when this communicator's device has no such level (``gloo`` for CUDA tensors)."""
+        if library is None:
+            return self.intra
+        if library == "mpi":
+            return self.intra_mpi
+        if library == {"cpu": "gloo", "cuda": "nccl"}[self.device.type]:
+            return self.intra_torch
+        raise ValueError(f"intra-node library {library!r} does not serve {self.device.type} tensors; use "
+                         f"hier-mpi:... or hier-{'nccl' if self.device.type == 'cuda' else 'gloo'}:..., or hier:...")
 
     def mark_broken(self, error: PcclError) -> None:
         """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""
         if self.broken is None:
             self.broken = error
-            for transport in (self.world, self.inter, self.intra, self.vendor):
+            for transport in (self.world, self.inter, self.intra_mpi, self.intra_torch, self.vendor):
                 transport.abort()
             _exit_without_finalize_at_exit()
 
@@ -147,7 +165,7 @@ class Communicator:
             return
         self.executor.shutdown()
         if self.broken is None:
-            for transport in (self.inter, self.intra, self.world):
+            for transport in (self.inter, self.intra_mpi, self.intra_torch, self.world):
                 transport.close()
         if self.owns_process_group and dist.is_initialized() and self.broken is None:
             dist.destroy_process_group()
@@ -209,23 +227,6 @@ def _rendezvous(comm, topology: Topology, backend: str, timeout: datetime.timede
                             world_size=topology.world_size, timeout=timeout)
 
 
-def _agreed_selector(comm) -> Selector | None:
-    """Rank 0 reads the selector profile and broadcasts its text, so every rank holds the same one and
-    makes the same choice for the same call; a bad profile fails on every rank with the same error."""
-    text = origin = error = None
-    if comm.Get_rank() == 0:
-        try:
-            path = profile_path()
-            if path is not None:
-                origin, text = str(path), path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            error = f"cannot read selector profile {origin or path}: {exc.strerror}"
-    text, origin, error = comm.bcast((text, origin, error), root=0)
-    if error:
-        raise ProfileError(error)
-    return None if text is None else Selector(Profile.from_json(text, origin), origin)
-
-
 def init_process_group(backend: str = "pccl", *, timeout: datetime.timedelta = DEFAULT_TIMEOUT) -> None:
     """``torch.distributed.init_process_group(backend)`` under an ``mpiexec`` launch: rank and world size
     from MPI, the rendezvous address broadcast over MPI (``MASTER_ADDR``/``MASTER_PORT`` when set)."""
@@ -250,7 +251,6 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
     world_comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
     try:
         topology = detect(world_comm, local_size)
-        selector = _agreed_selector(world_comm)
     except Exception:
         world_comm.Free()
         raise
@@ -274,6 +274,7 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
     node_groups = [topology.node_ranks(k) for k in range(topology.num_nodes)]
     intra_group, _ = dist.new_subgroups_by_enumeration(node_groups, timeout=timeout, backend=group_backend)
     inter_comm = world_comm.Split(color=topology.local_rank, key=topology.node)
+    node_comm = world_comm.Split(color=topology.node, key=topology.local_rank)
     log.debug("pccl communicator: %s on %s", topology, dev)
     return Communicator(
         topology=topology,
@@ -281,10 +282,10 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
         world=MPITransport(world_comm, owned=True),
         # With the pccl backend as the default group, its private gloo group is the vendor library.
         vendor=TorchGroupTransport(getattr(dist.group.WORLD, "vendor", dist.group.WORLD)),
-        intra=TorchGroupTransport(intra_group, owned=True),
+        intra_mpi=MPITransport(node_comm, owned=True),
+        intra_torch=TorchGroupTransport(intra_group, owned=True),
         inter=MPITransport(inter_comm, owned=True),
         owns_process_group=owns,
-        selector=selector,
         timeout_s=timeout.total_seconds(),
         check=check,
     )
@@ -293,14 +294,18 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
 _DEFAULT: Communicator | None = None
 
 
-def init(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
-         timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None) -> Communicator:
-    """Create the default communicator (see module docstring and :func:`create`) and return it. Collective."""
-    global _DEFAULT
+def require_uninitialized() -> None:
+    """``RuntimeError`` when the default communicator exists and is open (``init()`` twice)."""
     if _DEFAULT is not None and not _DEFAULT.closed:
         raise RuntimeError("pccl_torch is already initialised: call pccl_torch.shutdown() before init() again")
-    _DEFAULT = create(comm, local_size=local_size, device=device, timeout=timeout, check=check)
-    return _DEFAULT
+
+
+def set_default(comm: Communicator) -> Communicator:
+    """Make ``comm`` the communicator collectives use when given none (``pccl_torch.init`` does)."""
+    global _DEFAULT
+    require_uninitialized()
+    _DEFAULT = comm
+    return comm
 
 
 def shutdown() -> None:

@@ -3,8 +3,14 @@
 - a family name (``ring``, ``bruck``, ``rabenseifner``, ...): flat, over the world MPI communicator;
 - ``mpi``: the MPI library's own collective over all ranks; ``vendor``: torch.distributed's
   (NCCL on GPUs, gloo on CPU) over all ranks;
-- ``hier:<name>``: hierarchical (vendor inside the node, ``<name>`` between nodes), where ``<name>``
-  is a family name or ``mpi``.
+- ``hier:<name>``: hierarchical, the device's intra-node library inside each node (MPI's shared-memory
+  communicator for CPU tensors, NCCL for CUDA tensors) and ``<name>`` between nodes, where ``<name>`` is a
+  family name, ``mpi``, or ``pipelined`` (MPI's non-blocking collectives on both levels, the call cut into
+  chunks whose intra- and inter-node phases overlap);
+- ``hier-<library>:<name>``: the same with the intra-node library forced: ``mpi``, ``gloo`` (CPU tensors)
+  or ``nccl`` (CUDA tensors).
+
+Plans never look at communicators: they run on anything with the :class:`Levels` attributes.
 """
 
 from __future__ import annotations
@@ -12,19 +18,33 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from pccl_torch import algorithms
-from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical
+from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical, pipelined
 from pccl_torch.ops import ReduceOp
-
-if TYPE_CHECKING:
-    from pccl_torch.communicator import Communicator
+from pccl_torch.transport.base import Transport
 
 HIER_PREFIX = "hier:"
+PIPELINED = "pipelined"
+INTRA_LIBRARIES = ("mpi", "gloo", "nccl")
+"""Intra-node libraries a hierarchical name may force (``hier-gloo:ring``)."""
+DEFAULT_INTRA = {"cpu": "mpi", "cuda": "nccl"}
+"""The intra-node library of ``hier:<name>`` per device type."""
 _NATIVE_ON = {"mpi": "world", "vendor": "vendor"}
+
+
+class Levels(Protocol):
+    """What a plan runs on (a :class:`~pccl_torch.communicator.Communicator`): the flat transports, the
+    inter-node MPI communicator of this local rank, and the intra-node transport of each library."""
+
+    world: Transport
+    vendor: Transport
+    inter: Transport
+
+    def intra_level(self, library: str | None) -> Transport: ...
 
 
 def family(collective: Collective) -> list[str]:
@@ -32,10 +52,46 @@ def family(collective: Collective) -> list[str]:
     return [name for name in algorithms.names(collective) if name != "native"]
 
 
+def hierarchical_inner(collective: Collective) -> list[str]:
+    """What may follow ``hier:``: the family, the MPI library's own collective, and the pipelined schedule."""
+    return family(collective) + ["mpi", PIPELINED]
+
+
+def hier_prefix(library: str | None) -> str:
+    """``hier:`` (the device's intra-node library) or ``hier-<library>:``."""
+    return HIER_PREFIX if library is None else f"hier-{library}:"
+
+
 def valid_names(collective: Collective) -> list[str]:
-    """Every name ``algorithm=`` accepts for ``collective``."""
+    """Every name ``algorithm=`` accepts for ``collective`` (on some device)."""
     flat = family(collective) + list(_NATIVE_ON)
-    return flat + [HIER_PREFIX + name for name in family(collective) + ["mpi"]]
+    return flat + [hier_prefix(lib) + name for lib in (None, *INTRA_LIBRARIES) for name in hierarchical_inner(collective)
+                   if not (name == PIPELINED and lib not in (None, "mpi"))]
+
+
+def names_for(collective: Collective, device: str = "cpu") -> list[str]:
+    """The distinct names that run on ``device`` tensors: no explicit intra-node library that is the
+    device's default anyway, none of another device. What ``pccl-bench pccl:all`` and the tests loop over."""
+    default = DEFAULT_INTRA[device]
+    usable = {"cpu": ("mpi", "gloo"), "cuda": ("mpi", "nccl")}[device]
+    keep = []
+    for name in valid_names(collective):
+        library = intra_library(name)
+        if library is None or (library in usable and library != default):
+            if not (name.endswith(":" + PIPELINED) and library is None and default != "mpi"):
+                keep.append(name)
+    return keep
+
+
+def algorithm_names(collective: Collective, device: str | None = None) -> list[str]:
+    """``pccl_torch.algorithms``: every accepted name, or with ``device`` the distinct ones that run there."""
+    return valid_names(collective) if device is None else names_for(collective, device)
+
+
+def intra_library(name: str) -> str | None:
+    """The intra-node library a hierarchical ``name`` forces (``hier-gloo:ring`` -> ``gloo``), else None."""
+    head, sep, _ = name.partition(":")
+    return head[len("hier-"):] if sep and head.startswith("hier-") else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,29 +100,44 @@ class Plan:
 
     collective: Collective
     name: str
-    schedule: Algorithm
+    schedule: Algorithm | None
+    """The inter-node (hierarchical) or only (flat) schedule; None for ``hier:pipelined``."""
     hierarchical: bool
     transport: str  # "world" or "vendor" for flat plans; the inter level is always MPI
+    intra: str | None = None
+    """The intra-node library a hierarchical plan forces (None: the device's default)."""
+    chunks: int = 1
+    """Chunks of a pipelined plan (set per call shape by the API layer)."""
 
-    def run_all_gather(self, comm: "Communicator", out: torch.Tensor, inp: torch.Tensor) -> None:
-        if self.hierarchical:
-            hierarchical.all_gather(comm.intra, comm.inter, self.schedule.fn, out, inp)
+    @property
+    def pipelined(self) -> bool:
+        return self.schedule is None
+
+    def run_all_gather(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor) -> None:
+        if self.pipelined:
+            pipelined.all_gather(levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
+        elif self.hierarchical:
+            hierarchical.all_gather(levels.intra_level(self.intra), levels.inter, self.schedule.fn, out, inp)
         else:
-            t = getattr(comm, self.transport)
+            t = getattr(levels, self.transport)
             self.schedule.fn(t, out, inp, Blocks.even(t.size, inp.numel()))
 
-    def run_reduce_scatter(self, comm: "Communicator", inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
-        if self.hierarchical:
-            hierarchical.reduce_scatter(comm.intra, comm.inter, self.schedule.fn, inp, out, op)
+    def run_reduce_scatter(self, levels: Levels, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
+        if self.pipelined:
+            pipelined.reduce_scatter(levels.intra_level("mpi"), levels.inter, inp, out, op, self.chunks)
+        elif self.hierarchical:
+            hierarchical.reduce_scatter(levels.intra_level(self.intra), levels.inter, self.schedule.fn, inp, out, op)
         else:
-            t = getattr(comm, self.transport)
+            t = getattr(levels, self.transport)
             self.schedule.fn(t, inp, out, Blocks.even(t.size, out.numel()), op)
 
-    def run_all_reduce(self, comm: "Communicator", buf: torch.Tensor, op: ReduceOp) -> None:
-        if self.hierarchical:
-            hierarchical.all_reduce(comm.intra, comm.inter, self.schedule.fn, buf, op)
+    def run_all_reduce(self, levels: Levels, buf: torch.Tensor, op: ReduceOp) -> None:
+        if self.pipelined:
+            pipelined.all_reduce(levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
+        elif self.hierarchical:
+            hierarchical.all_reduce(levels.intra_level(self.intra), levels.inter, self.schedule.fn, buf, op)
         else:
-            self.schedule.fn(getattr(comm, self.transport), buf, op)
+            self.schedule.fn(getattr(levels, self.transport), buf, op)
 
 
 def resolve(collective: Collective, name: str) -> Plan:
@@ -79,13 +150,17 @@ def resolve(collective: Collective, name: str) -> Plan:
 @functools.lru_cache(maxsize=512)
 def _resolve(collective: Collective, name: str) -> Plan:
     """Cached: every call resolves its algorithm's name (plans are immutable; unknown names raise)."""
-    hier = name.startswith(HIER_PREFIX)
-    inner = name[len(HIER_PREFIX):] if hier else name
-    if inner in _NATIVE_ON and not (hier and inner == "vendor"):
-        return Plan(collective, name, algorithms.get(collective, "native"), hier, _NATIVE_ON[inner])
-    if inner in family(collective):
-        return Plan(collective, name, algorithms.get(collective, inner), hier, "world")
-    raise ValueError(f"unknown {collective} algorithm {name!r}; valid: {', '.join(valid_names(collective))}")
+    if name not in valid_names(collective):
+        raise ValueError(f"unknown {collective} algorithm {name!r}; valid: {', '.join(valid_names(collective))}")
+    head, sep, inner = name.partition(":")
+    hier = bool(sep)
+    inner = inner if hier else name
+    library = intra_library(name)
+    if inner == PIPELINED:
+        return Plan(collective, name, None, True, "world", "mpi")
+    if inner in _NATIVE_ON:
+        return Plan(collective, name, algorithms.get(collective, "native"), hier, _NATIVE_ON[inner], library)
+    return Plan(collective, name, algorithms.get(collective, inner), hier, "world", library)
 
 
 ALGO_ENV = "PCCL_ALGO"

@@ -7,17 +7,19 @@ Triton interpreter on CPU tensors when ``TRITON_INTERPRET=1`` (see ``_backend.py
 """
 
 from ._backend import HAS_TRITON, current_backend, use_backend
-from .pack import gather_chunks, permute_blocks, rotate_
+from .pack import gather_chunks, pack_window, permute_blocks, rotate_, unpack_window
 from .reduce import reduce_, reduce_n, scale_
 
 __all__ = [
     "HAS_TRITON",
     "current_backend",
     "gather_chunks",
+    "pack_window",
     "permute_blocks",
     "reduce_",
     "reduce_n",
     "rotate_",
     "scale_",
+    "unpack_window",
     "use_backend",
 ]

@@ -3,6 +3,9 @@
 - ``permute_blocks``: view ``src`` as ``[A, B, C]`` (A x B chunks of C elements) and write the
   ``[B, A, C]`` transpose. The hierarchical reduce-scatter packs global order ``[node, local, chunk]``
   into ``[local, node, chunk]``; the hierarchical all-gather unpacks the inverse.
+- ``pack_window`` / ``unpack_window``: the same transpose for one column window ``start:start + W`` of
+  the blocks (read from a window of ``src``, or written into a window of ``dst``): one chunk of the
+  pipelined hierarchical schedules. One kernel serves all three (strides and window offsets as arguments).
 - ``gather_chunks``: ``dst`` chunk ``i`` = ``src`` chunk ``index[i]`` (chunks of C elements).
 - ``rotate_``: ``dst[(i + shift) % N] = src[i]``, Bruck's final rotation back to rank order.
 
@@ -23,21 +26,25 @@ if HAS_TRITON:
 
     @triton.jit
     def _permute_kernel(
-        src_ptr,  # *T: source viewed as [A, B, C], contiguous
-        dst_ptr,  # *T: destination viewed as [B, A, C], contiguous
-        A, B, C,  # chunk grid of the source and chunk length (elements)
-        n_elements,  # A * B * C
-        BLOCK: tl.constexpr,  # output elements per program
+        src_ptr,  # *T: source; element (a, b, w) at a * src_a + b * src_b + src_off + w
+        dst_ptr,  # *T: destination; element (a, b, w) at a * dst_a + b * dst_b + dst_off + w
+        A, W,  # chunk grid rows of the source and window width (elements); B = n_elements // (A * W)
+        src_a, src_b, src_off,  # source strides (elements) of a and b, and the window's start
+        dst_a, dst_b, dst_off,  # destination strides of a and b, and the window's start
+        n_elements,  # A * B * W
+        BLOCK: tl.constexpr,  # elements per program
     ):
-        # Output element o = (b * A + a) * C + c comes from source element (a * B + b) * C + c.
+        # Program i moves logical elements o in [i * BLOCK, (i + 1) * BLOCK) of the [B, A, W] transpose:
+        # o = (b * A + a) * W + w. With a contiguous destination (pack) the stores are contiguous; with a
+        # contiguous source (unpack into a window) the loads are.
         o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = o < n_elements
-        c = o % C
-        row = o // C
+        w = o % W
+        row = o // W
         a = row % A
         b = row // A
-        values = tl.load(src_ptr + (a * B + b) * C + c, mask=mask)
-        tl.store(dst_ptr + o, values, mask=mask)
+        values = tl.load(src_ptr + a * src_a + b * src_b + src_off + w, mask=mask)
+        tl.store(dst_ptr + a * dst_a + b * dst_b + dst_off + w, values, mask=mask)
 
     @triton.jit
     def _gather_kernel(
@@ -84,26 +91,78 @@ def _check(src: torch.Tensor, dst: torch.Tensor, numel: int, what: str) -> None:
 
 
 def permute_reference(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int) -> torch.Tensor:
-    """Plain-torch twin of ``_permute_kernel``."""
+    """Plain-torch twin of ``_permute_kernel`` over whole blocks."""
     return dst.view(b, a, c).copy_(src.view(a, b, c).transpose(0, 1)).view(-1) if dst.numel() else dst
 
 
 def permute_blocks(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int) -> torch.Tensor:
     """Write ``src`` viewed as ``[a, b, c]`` into ``dst`` as ``[b, a, c]``. Returns ``dst``."""
-    if min(a, b, c) < 0:
-        raise ValueError(f"cannot permute: block counts must be >= 0, got a={a}, b={b}, c={c}")
+    _check_grid(a, b, c, 0, c)
     _check(src, dst, a * b * c, "permute blocks")
     if src.numel() != a * b * c:
         raise ValueError(f"cannot permute blocks: expected {a * b * c} input elements, got {src.numel()}")
     if dst.numel() == 0:
         return dst
     if not wants_triton(dst):
-        permute_reference(src, dst, a, b, c)
+        return permute_reference(src, dst, a, b, c)
+    _launch_permute(src, dst, a, c, (b * c, c, 0), (c, a * c, 0))
+    return dst
+
+
+def pack_window(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int, start: int,
+                width: int) -> torch.Tensor:
+    """``dst`` as ``[b, a, width]`` = columns ``start:start + width`` of ``src`` as ``[a, b, c]``, transposed.
+
+    One chunk of a pipelined hierarchical reduce-scatter: the global-order input ``[node, local, n]``
+    packed to ``[local, node, width]`` for one column window. Returns ``dst``."""
+    _check_grid(a, b, c, start, width)
+    _check(src, dst, a * b * width, "pack a window")
+    if src.numel() != a * b * c:
+        raise ValueError(f"cannot pack a window: expected {a * b * c} input elements, got {src.numel()}")
+    if dst.numel() == 0:
         return dst
+    if not wants_triton(dst):
+        dst.view(b, a, width).copy_(src.view(a, b, c)[:, :, start:start + width].transpose(0, 1))
+        return dst
+    _launch_permute(src, dst, a, width, (b * c, c, start), (width, a * width, 0))
+    return dst
+
+
+def unpack_window(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int, start: int,
+                  width: int) -> torch.Tensor:
+    """Columns ``start:start + width`` of ``dst`` as ``[b, a, c]`` = ``src`` as ``[a, b, width]``, transposed.
+
+    One chunk of a pipelined hierarchical all-gather: ``[local, node, width]`` as received, written into
+    the global-order output ``[node, local, n]``. The rest of ``dst`` is left as it is. Returns ``dst``."""
+    _check_grid(a, b, c, start, width)
+    _check(src, dst, a * b * c, "unpack a window")
+    if src.numel() != a * b * width:
+        raise ValueError(f"cannot unpack a window: expected {a * b * width} input elements, got {src.numel()}")
+    if src.numel() == 0:
+        return dst
+    if not wants_triton(dst):
+        dst.view(b, a, c)[:, :, start:start + width].copy_(src.view(a, b, width).transpose(0, 1))
+        return dst
+    _launch_permute(src, dst, a, width, (b * width, width, 0), (c, a * c, start))
+    return dst
+
+
+def _check_grid(a: int, b: int, c: int, start: int, width: int) -> None:
+    if min(a, b, c, start, width) < 0:
+        raise ValueError(f"cannot permute: block counts and window must be >= 0, got a={a}, b={b}, c={c}, "
+                         f"start={start}, width={width}")
+    if start + width > c:
+        raise ValueError(f"cannot permute: window {start}:{start + width} exceeds the block length {c}")
+
+
+def _launch_permute(src: torch.Tensor, dst: torch.Tensor, a: int, width: int, src_strides: tuple[int, int, int],
+                    dst_strides: tuple[int, int, int]) -> None:
+    """Launch ``_permute_kernel`` over the ``a * b * width`` moved elements (the smaller of the two buffers)."""
+    moved = min(src.numel(), dst.numel())
     block = block_size(dst)
     with launching():
-        _permute_kernel[grid_for(dst.numel(), block, "permute")](src, dst, a, b, c, dst.numel(), BLOCK=block)
-    return dst
+        _permute_kernel[grid_for(moved, block, "permute")](src, dst, a, width, *src_strides, *dst_strides, moved,
+                                                           BLOCK=block)
 
 
 def gather_reference(src: torch.Tensor, dst: torch.Tensor, index: torch.Tensor, chunk: int) -> torch.Tensor:

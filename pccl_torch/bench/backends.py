@@ -40,8 +40,9 @@ def validate_backends(text: str, collectives: tuple[str, ...]) -> None:
                              + "; ".join(f"{c}: {', '.join(pc.algorithms(c))}" for c in collectives))
 
 
-def parse_backends(text: str, collective: str, *, skip_foreign: bool = False) -> list[Backend]:
-    """``pccl,gloo,mpi``, ``pccl:ring``, ``pccl:all`` (every algorithm of ``collective``).
+def parse_backends(text: str, collective: str, *, skip_foreign: bool = False, device: str = "cpu") -> list[Backend]:
+    """``pccl,gloo,mpi``, ``pccl:ring``, ``pccl:all`` (every distinct algorithm of ``collective`` that runs
+    on ``device`` tensors).
 
     With ``skip_foreign``, ``pccl:<algorithm>`` entries that belong to another collective (``bruck`` for
     an all-reduce) are left out instead of rejected.
@@ -54,7 +55,7 @@ def parse_backends(text: str, collective: str, *, skip_foreign: bool = False) ->
         if name in BASELINES and not algorithm:
             backends.append(Backend(name))
         elif name == "pccl" and algorithm == "all":
-            backends.extend(Backend("pccl", a) for a in pc.algorithms(collective))
+            backends.extend(Backend("pccl", a) for a in pc.algorithms(collective, device))
         elif name == "pccl":
             if algorithm and algorithm not in pc.algorithms(collective):
                 if skip_foreign and any(algorithm in pc.algorithms(c) for c in COLLECTIVES):

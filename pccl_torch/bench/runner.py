@@ -125,7 +125,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
             continue
         nbytes = total * element
         bufs = _Buffers(collective, total, ranks, settings.dtype)
-        backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True)
+        backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True, device=comm.device.type)
         calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
         warmup, iters = settings.counts(nbytes)
         # A new order every iteration (the same on every rank: collectives must be issued in the same

@@ -80,7 +80,7 @@ class Selector:
                         collective, nbytes, topology.num_nodes, topology.local_size, self.origin,
                         "cost model" if self.profile.machine_profile else "heuristic")
             self._warned = True
-        machine = self._machine_profile()
+        machine = self.machine_profile()
         if machine is None:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
         from pccl_torch.sim import costs
@@ -89,7 +89,8 @@ class Selector:
                  for a in valid}
         return min(times, key=times.__getitem__), "cost model"
 
-    def _machine_profile(self):
+    def machine_profile(self):
+        """The machine parameters stored in the profile (None without them)."""
         if self._machine is None and self.profile.machine_profile:
             from pccl_torch.sim.machine import MachineProfile
 

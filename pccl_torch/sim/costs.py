@@ -32,7 +32,7 @@ import numpy as np
 
 from pccl_torch.algorithms import COLLECTIVES, Collective
 from pccl_torch.heuristic import flat_choice
-from pccl_torch.plan import HIER_PREFIX
+from pccl_torch.plan import HIER_PREFIX, PIPELINED, hierarchical_inner, intra_library, valid_names
 from pccl_torch.sim.machine import PARAMS, MachineProfile
 
 
@@ -271,39 +271,63 @@ def _check(collective: str) -> Collective:
 
 def algorithms(collective: str) -> list[str]:
     """Every algorithm name of ``collective``, as ``pccl_torch.algorithms(collective)`` lists them."""
-    inner = list(FAMILY[_check(collective)])
-    return inner + ["mpi", "vendor"] + [HIER_PREFIX + name for name in inner + ["mpi"]]
+    return valid_names(_check(collective))
+
+
+def mpi_intra_net(local_size: int) -> Net:
+    """MPI among the ranks of one node (its shared-memory communicator)."""
+    return Net(local_size, local_size, _MPI_INTRA, _MPI_INTRA, _MPI_INTRA)
+
+
+def split_hierarchical(algorithm: str) -> tuple[str, str] | None:
+    """``(intra, inner)`` of a hierarchical name: intra is ``mpi`` or ``vendor``; None for a flat name.
+
+    ``hier:`` is priced with the vendor library inside the node (the GPU machines' default); the CPU
+    default (MPI inside the node) is the explicit ``hier-mpi:``. ``pipelined`` always runs MPI inside."""
+    head, sep, inner = algorithm.partition(":")
+    if not sep or not head.startswith("hier"):
+        return None
+    library = intra_library(algorithm)
+    return ("mpi" if library == "mpi" or inner == PIPELINED else "vendor"), inner
 
 
 def hierarchical_phases(collective: str, inner: str, nbytes: float, nodes: int, local_size: int,
-                        nics_per_node: int) -> list[tuple[str, Terms]]:
-    """The phases of ``hier:<inner>`` in the order they run, as (label, cost) pairs.
+                        nics_per_node: int, intra: str = "vendor") -> list[tuple[str, Terms]]:
+    """The phases of ``hier:<inner>`` in the order they run, as (label, cost) pairs; ``intra`` is the
+    library inside the node (``vendor``: a ring; ``mpi``: MPI's own collective on its shared memory).
 
-    AG: inter AG among the N local-rank peers on n/L bytes, intra vendor AG on n, unpack (copy n).
-    RS: pack (copy n), intra vendor RS on n, inter RS on n/L. AR: intra RS on n, inter AR on n/L, intra AG on n.
+    AG: inter AG among the N local-rank peers on n/L bytes, intra AG on n, unpack (copy n).
+    RS: pack (copy n), intra RS on n, inter RS on n/L. AR: intra RS on n, inter AR on n/L, intra AG on n.
+    ``pipelined`` is priced as its unpipelined phases (MPI on both levels); :func:`predict` overlaps them.
     """
     collective = _check(collective)
-    valid = list(FAMILY[collective]) + ["mpi"]
-    if inner not in valid:
-        raise ValueError(f"unknown {collective} algorithm {HIER_PREFIX + inner!r}; "
+    if inner not in hierarchical_inner(collective) or intra not in ("vendor", "mpi"):
+        raise ValueError(f"unknown {collective} algorithm {HIER_PREFIX + inner!r} with {intra!r} inside nodes; "
                          f"valid: {', '.join(algorithms(collective))}")
-    net, intra, shard = inter_net(nodes, local_size, nics_per_node), vendor_intra_net(local_size), nbytes / local_size
-    if inner == "mpi":
+    net, shard = inter_net(nodes, local_size, nics_per_node), nbytes / local_size
+    if inner in ("mpi", PIPELINED):
         inter = ("inter mpi", _mpi_native(collective, net, shard))
     else:
         inter = (f"inter {inner}", FAMILY[collective][inner](net, shard))
+    if intra == "mpi":
+        local = mpi_intra_net(local_size)
+        ag = ("intra mpi all_gather", _mpi_native("all_gather", local, nbytes))
+        rs = ("intra mpi reduce_scatter", _mpi_native("reduce_scatter", local, nbytes))
+    else:
+        local = vendor_intra_net(local_size)
+        ag = ("intra vendor all_gather", ag_ring(local, nbytes))
+        rs = ("intra vendor reduce_scatter", rs_ring(local, nbytes))
     if collective == "all_gather":
-        return [inter, ("intra vendor all_gather", ag_ring(intra, nbytes)), ("unpack", _copy(nbytes))]
+        return [inter, ag, ("unpack", _copy(nbytes))]
     if collective == "reduce_scatter":
-        return [("pack", _copy(nbytes)), ("intra vendor reduce_scatter", rs_ring(intra, nbytes)), inter]
-    return [("intra vendor reduce_scatter", rs_ring(intra, nbytes)), inter,
-            ("intra vendor all_gather", ag_ring(intra, nbytes))]
+        return [("pack", _copy(nbytes)), rs, inter]
+    return [rs, inter, ag]
 
 
 def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
           nics_per_node: int) -> Terms:
     """The cost of one call of ``algorithm`` on a full buffer of ``nbytes`` over ``nodes`` x ``local_size``
-    ranks, including the per-call ``overhead``."""
+    ranks, including the per-call ``overhead`` (``pipelined``: unoverlapped, see :func:`predict`)."""
     collective = _check(collective)
     if nodes < 1 or local_size < 1 or nics_per_node < 1:
         raise ValueError(f"nodes, local_size and nics_per_node must be >= 1, got {nodes}, {local_size}, "
@@ -311,9 +335,9 @@ def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     call = Terms({"overhead": 1.0})
-    if algorithm.startswith(HIER_PREFIX):
-        phases = hierarchical_phases(collective, algorithm[len(HIER_PREFIX):], nbytes, nodes, local_size,
-                                     nics_per_node)
+    hier = split_hierarchical(algorithm)
+    if hier is not None and algorithm in algorithms(collective):
+        phases = hierarchical_phases(collective, hier[1], nbytes, nodes, local_size, nics_per_node, hier[0])
         return call + _total(cost for _, cost in phases)
     if algorithm == "vendor":
         return call + VENDOR[collective](vendor_flat_net(nodes, local_size), nbytes)
@@ -325,9 +349,25 @@ def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size
     raise ValueError(f"unknown {collective} algorithm {algorithm!r}; valid: {', '.join(algorithms(collective))}")
 
 
+def pipelined_time(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,
+                   chunks: int) -> float:
+    """Seconds of ``hier:pipelined`` in ``chunks`` chunks: each phase of one chunk costs ``t_s`` (its
+    latency plus 1/chunks of its bytes), the first chunk passes every phase and each further one adds the
+    slowest phase: ``sum_s t_s + (chunks - 1) max_s t_s``."""
+    phases = hierarchical_phases(collective, PIPELINED, nbytes / chunks, nodes, local_size, profile.nics_per_node,
+                                 "mpi")
+    times = [cost.time(profile) for _, cost in phases]
+    return profile.overhead + sum(times) + (chunks - 1) * max(times)
+
+
 def predict(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
             profile: MachineProfile) -> float:
     """Predicted seconds of one call on ``profile``."""
+    if algorithm.endswith(":" + PIPELINED):
+        from pccl_torch.sim.pipeline import pipeline_chunks
+
+        chunks = pipeline_chunks(collective, int(nbytes), nodes, local_size, profile)
+        return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
     return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node).time(profile)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import nnls
 
+from pccl_torch.plan import PIPELINED
 from pccl_torch.sim.costs import Terms, terms
 from pccl_torch.sim.machine import PARAMS, MachineProfile
 
@@ -64,7 +65,8 @@ class FitReport:
 
 def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
     """The rows ``fit`` uses: pccl rows as run, baselines as their pccl equivalent; rows with wrong
-    results are dropped."""
+    results are dropped, and so are pipelined rows (their time is a max over phases, not linear in the
+    parameters; ``costs.pipelined_time`` predicts them from the fitted ones)."""
     out = []
     for row in rows:
         backend = row["backend"]
@@ -74,7 +76,7 @@ def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
             algorithm = BASELINES[backend]
         else:
             continue
-        if row.get("wrong", 0) > 0:  # -1: not checked
+        if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED):  # wrong -1: not checked
             continue
         out.append(Sample(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
                           int(row["local_size"]), float(row["time_us"]) * 1e-6))

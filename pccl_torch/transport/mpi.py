@@ -165,6 +165,31 @@ class MPITransport(Transport):
     def _complete_collective(self, request: "MPI.Request", what: str) -> None:
         self._complete([request], [None], what)
 
+    # Non-blocking collectives for schedules that overlap several (the pipelined hierarchy): each returns
+    # the started request; ``wait`` completes one within the deadline. Host buffers of MPI-typed dtypes
+    # only (the caller stages CUDA and 16-bit tensors once for the whole call).
+    def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> "MPI.Request":
+        """Start MPI's all-gather of ``inp`` into ``out`` (size x inp.numel() elements)."""
+        return self.comm.Iallgather(_buffer(inp), _buffer(out))
+
+    def start_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> "MPI.Request":
+        """Start MPI's reduce-scatter: ``out`` receives block ``rank`` of the ``op`` over every ``inp``."""
+        datatype = _MPI_TYPES[inp.dtype]
+        return self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op])
+
+    def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> "MPI.Request":
+        """Start MPI's in-place all-reduce of ``tensor``."""
+        return self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
+
+    def wait(self, request: "MPI.Request", what: str) -> None:
+        """Complete a started collective within the deadline (driving every other pending one meanwhile)."""
+        self._complete([request], [None], what)
+
+    @staticmethod
+    def reduces(dtype: torch.dtype) -> bool:
+        """Whether MPI reduces host tensors of ``dtype`` as they are (16-bit floats: no)."""
+        return dtype in _MPI_TYPES
+
     @staticmethod
     def _label(what: str, peers: Sequence[int | None]) -> str:
         """``what`` and the transport ranks it was with ("exchange with ranks 3/1"), for error messages

@@ -4,11 +4,15 @@ One launch loops over every case (collective x algorithm x dtype x op x size), c
 reference every rank computes locally from the seeded inputs of all ranks, checks that inputs of
 out-of-place calls are unchanged and that all-reduce results are bitwise identical on all ranks, runs the
 bad-input cases, and reports every failure. Exit status 1 if any case failed on any rank.
+
+``--device cuda`` runs the same cases on CUDA tensors (inputs and references are still made on the CPU,
+results are copied back to be checked): what ``scripts/gpu_check.sh`` runs on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import sys
@@ -28,6 +32,14 @@ SMALL_BLOCKS = (0, 1, 37)  # elements per rank's block (AG, RS) or in the buffer
 FLOAT_OPS = ("sum", "avg", "product", "min", "max", "premul_sum")
 INT_OPS = ("sum", "product", "min", "max")
 PREMUL_FACTOR = 0.5
+ASYNC_ALGORITHMS = ("ring", "recursive_doubling", "hier:ring", "mpi")
+#: Where the collectives' tensors live (``--device``); the CPU unless asked otherwise.
+DEVICE = torch.device("cpu")
+
+
+def on_device() -> contextlib.AbstractContextManager:
+    """Tensors made without a device inside go to ``DEVICE`` (nothing changes on the CPU)."""
+    return contextlib.nullcontext() if DEVICE.type == "cpu" else DEVICE
 
 # (rtol, atol per rank) against a float64 reference, for sums of p values of magnitude ~1.
 TOLERANCE = {
@@ -124,7 +136,7 @@ class Runner:
             self.passed += 1
 
     def identical_everywhere(self, tensor: torch.Tensor) -> bool:
-        digest = hashlib.sha1(tensor.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+        digest = hashlib.sha1(tensor.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
         return len(set(self.world.allgather(digest))) == 1
 
     def run_case(self, case: Case) -> str | None:
@@ -133,37 +145,47 @@ class Runner:
         block = case.count
         if case.collective == "all_gather":
             inputs = [make_input(i, block, case.dtype, None, self.seed) for i in range(p)]
-            inp = inputs[r].clone()
-            out = torch.full((p * block,), 7, dtype=case.dtype)
+            inp = inputs[r].clone().to(DEVICE)
+            out = torch.full((p * block,), 7, dtype=case.dtype, device=DEVICE)
             pc.all_gather_into_tensor(out, inp, algorithm=case.algorithm)
-            if not torch.equal(inp, inputs[r]):
+            if not torch.equal(inp.cpu(), inputs[r]):
                 return "input was modified"
             expected = torch.cat(inputs)
-            return None if torch.equal(out, expected) else "output differs from the concatenated inputs"
+            return None if torch.equal(out.cpu(), expected) else "output differs from the concatenated inputs"
         if case.collective == "reduce_scatter":
             inputs = [make_input(i, p * block, case.dtype, case.op, self.seed) for i in range(p)]
-            inp = inputs[r].clone()
-            out = torch.full((block,), 7, dtype=case.dtype)
+            inp = inputs[r].clone().to(DEVICE)
+            out = torch.full((block,), 7, dtype=case.dtype, device=DEVICE)
             pc.reduce_scatter_tensor(out, inp, as_op(case.op), algorithm=case.algorithm)
-            if not torch.equal(inp, inputs[r]):
+            if not torch.equal(inp.cpu(), inputs[r]):
                 return "input was modified"
-            return matches(out, reference(inputs, case.op)[r * block:(r + 1) * block], case.dtype, p)
+            return matches(out.cpu(), reference(inputs, case.op)[r * block:(r + 1) * block], case.dtype, p)
         inputs = [make_input(i, block, case.dtype, case.op, self.seed) for i in range(p)]
-        buf = inputs[r].clone()
+        buf = inputs[r].clone().to(DEVICE)
         pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm)
+        buf = buf.cpu()
         problem = matches(buf, reference(inputs, case.op), case.dtype, p)
         if not self.identical_everywhere(buf):
             problem = (problem + "; " if problem else "") + "results differ between ranks"
         return problem
 
 
-def check_async(p: int, r: int) -> str | None:
+def async_algorithms(wanted: set[str]) -> tuple[str, ...]:
+    """The all-reduce algorithms of the async check: ``ASYNC_ALGORITHMS``, or with ``--algorithms`` each
+    one not asked for replaced by one that was (so a run can leave out a level that cannot work)."""
+    if not wanted:
+        return ASYNC_ALGORITHMS
+    usable = [a for a in pc.algorithms("all_reduce") if a in wanted] or ["ring"]
+    return tuple(a if a in usable else usable[0] for a in ASYNC_ALGORITHMS)
+
+
+def check_async(p: int, r: int, names: tuple[str, ...] = ASYNC_ALGORITHMS) -> str | None:
     """Several async collectives in flight, then a blocking one: all complete, in issue order."""
     bufs = [torch.full((33,), float(r + k)) for k in range(4)]
     inp = torch.arange(5, dtype=torch.int64) + r
     gathered = torch.empty(5 * p, dtype=torch.int64)
     works = [pc.all_reduce(b, algorithm=name, async_op=True)
-             for b, name in zip(bufs, ("ring", "recursive_doubling", "hier:ring", "mpi"))]
+             for b, name in zip(bufs, names, strict=True)]
     works.append(pc.all_gather_into_tensor(gathered, inp, async_op=True))
     scattered = torch.empty(2)
     pc.reduce_scatter_tensor(scattered, torch.ones(2 * p), "sum")  # blocking: waits for the queued ones
@@ -232,7 +254,7 @@ def bad_input_cases(p: int) -> list[tuple[str, type[BaseException], str, Callabl
          lambda: pc.all_reduce(torch.ones(4, 4).t())),
         ("RS non-contiguous input", ValueError, "not contiguous",
          lambda: pc.reduce_scatter_tensor(torch.empty(2), torch.ones(2 * p, 2)[:, 0])),
-        ("AR wrong device", ValueError, "initialised for cpu",
+        ("AR wrong device", ValueError, f"initialised for {DEVICE.type}",
          lambda: pc.all_reduce(torch.ones(4, device="meta"))),
         ("AR not a tensor", TypeError, "must be a torch.Tensor",
          lambda: pc.all_reduce([1.0, 2.0])),  # type: ignore[arg-type]
@@ -259,7 +281,11 @@ def main() -> int:
     parser.add_argument("--algorithms", default="", help="comma list; default: every valid name")
     parser.add_argument("--json", help="rank 0 writes the summary here")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where the collectives' tensors live (default cpu)")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
 
     world = MPI.COMM_WORLD
     runner = Runner(world, args.verbose)
@@ -267,11 +293,11 @@ def main() -> int:
 
     runner.check("use before init", lambda: expect_error(pc.NotInitializedError, "call pccl_torch.init() first",
                                                          lambda: pc.all_reduce(torch.ones(2))))
-    comm = pc.init()
+    comm = pc.init() if DEVICE.type == "cpu" else pc.init(device=DEVICE)
     topo = comm.topology
     collectives = args.collectives.split(",")
     wanted = set(filter(None, args.algorithms.split(",")))
-    algorithms = {c: [a for a in pc.algorithms(c) if not wanted or a in wanted] for c in collectives}
+    algorithms = {c: [a for a in pc.algorithms(c, "cpu") if not wanted or a in wanted] for c in collectives}
     cases = correctness_cases(algorithms, large=not args.no_large)
     for case in cases:
         if case.count < 0:
@@ -281,10 +307,21 @@ def main() -> int:
             print(case, flush=True)
         runner.check(str(case), lambda case=case: runner.run_case(case))
 
-    runner.check("async work handles", lambda: check_async(topo.world_size, topo.rank))
-    for name, kind, fragment, call in bad_input_cases(topo.world_size):
-        runner.check(f"bad input: {name}", lambda kind=kind, fragment=fragment, call=call:
-                     expect_error(kind, fragment, call))
+    names = async_algorithms(wanted)
+
+    def async_check() -> str | None:
+        with on_device():
+            return check_async(topo.world_size, topo.rank, names)
+
+    runner.check("async work handles", async_check)
+    with on_device():
+        bad_inputs = bad_input_cases(topo.world_size)
+    for name, kind, fragment, call in bad_inputs:
+        def bad_input(kind=kind, fragment=fragment, call=call) -> str | None:
+            with on_device():
+                return expect_error(kind, fragment, call)
+
+        runner.check(f"bad input: {name}", bad_input)
     # After all the rejected calls, the communicator still works and nothing is pending.
     runner.check("collective after rejected calls", lambda: runner.run_case(
         Case("all_reduce", "ring", torch.float32, "sum", 5)))
@@ -303,7 +340,8 @@ def main() -> int:
         print(f"{passed} passed, {len(failures)} failed")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"ranks": topo.world_size, "local_size": topo.local_size, "passed": passed,
+                json.dump({"ranks": topo.world_size, "local_size": topo.local_size, "device": str(comm.device),
+                       "passed": passed,
                            "failed": len(failures), "failures": failures, "seconds": elapsed,
                            "mpi": MPI.Get_library_version().splitlines()[0]}, fh, indent=1)
     failed_anywhere = world.allreduce(len(runner.failures), op=MPI.SUM)

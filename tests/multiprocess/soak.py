@@ -43,7 +43,7 @@ def random_case(rng: random.Random, world: int) -> Case:
         op = "sum"
     total = rng.randint(0, MAX_BYTES // dtype.itemsize)  # elements of the full buffer
     count = total // world if collective != "all_reduce" else total
-    return Case(collective, rng.choice(pc.algorithms(collective)), dtype, op, count)
+    return Case(collective, rng.choice(pc.algorithms(collective, "cpu")), dtype, op, count)
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ import pytest
 from pccl_torch.bench.backends import Backend, parse_backends, validate_backends
 from pccl_torch.bench.report import JSON_FIELDS, format_table, plot, write_json
 from pccl_torch.bench.runner import add_ratios, bus_factor
-from pccl_torch.plan import valid_names
+from pccl_torch.plan import names_for
 from pccl_torch.units import format_size, parse_size, size_range
 
 
@@ -27,7 +27,7 @@ def test_sizes_parse_like_nccl_tests() -> None:
 def test_backend_lists() -> None:
     assert parse_backends("pccl,gloo,mpi", "all_reduce") == [Backend("pccl"), Backend("gloo"), Backend("mpi")]
     everything = parse_backends("pccl:all,gloo", "all_gather")
-    assert [b.algorithm for b in everything[:-1]] == valid_names("all_gather")
+    assert [b.algorithm for b in everything[:-1]] == names_for("all_gather", "cpu")
     assert parse_backends("pccl:ring,pccl:ring", "reduce_scatter") == [Backend("pccl", "ring")]
     with pytest.raises(ValueError, match="valid: "):
         parse_backends("pccl:bruck", "reduce_scatter")

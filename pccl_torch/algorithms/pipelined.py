@@ -1,0 +1,141 @@
+"""Pipelined two-level compositions: the hierarchical schedules of ``hierarchical.py`` cut into chunks, so
+the intra-node phase of one chunk runs while the inter-node phase of another crosses the network.
+
+Both levels are MPI communicators driven by non-blocking collectives (``Iallgather``,
+``Ireduce_scatter_block``, ``Iallreduce``); a step of chunk ``c`` starts once step ``k - 1`` of the same
+chunk has completed. Steps are started in one fixed order on every rank (tick ``t`` starts step ``k`` of
+chunk ``t - k`` for k = 0, 1, ...), so every communicator sees its collectives in the same order on all
+ranks, as MPI requires; waiting on the earliest unfinished step of that order cannot deadlock, and every
+wait drives all the started steps (MPI progresses every pending request while one is tested).
+
+P = N nodes x L ranks; a chunk of width w elements (of the n per rank block, or of the all-reduce buffer):
+- all-gather: inter AG of input[c] -> [N, w]; intra AG -> [L, N, w]; unpack into out[:, :, c] of [N, L, n].
+- reduce-scatter: pack input[:, :, c] of [N, L, n] -> [L, N, w]; intra RS -> [N, w]; inter RS -> out[c].
+- all-reduce: intra RS of buf[c] (w a multiple of L) -> shard [w / L]; inter AR of the shard; intra AG.
+Results equal the unpipelined schedule's element for element (each element takes the same reductions in
+the same order); all-reduce results are bitwise identical on every rank. 16-bit floats are reduced in
+float32 and CUDA tensors staged through host memory, once for the whole call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from pccl_torch.ops import ReduceOp
+from pccl_torch.transport.mpi import MPITransport
+from pccl_torch.triton_kernels import pack_window, unpack_window
+
+#: A step of one chunk: starts its collective and returns the request, or does local work and returns None.
+Step = Callable[[], object]
+
+
+def chunk_bounds(total: int, chunks: int, multiple: int = 1) -> list[tuple[int, int]]:
+    """``[start, stop)`` of up to ``chunks`` consecutive chunks covering ``total`` elements, each a multiple
+    of ``multiple`` long (the last may be shorter); no empty chunks (one empty chunk for ``total == 0``)."""
+    width = -(-total // max(chunks, 1))
+    width = max(-(-width // multiple) * multiple, multiple)
+    return [(s, min(s + width, total)) for s in range(0, total, width)] or [(0, 0)]
+
+
+def run(chunk_steps: Sequence[Sequence[tuple[MPITransport | None, Step, str]]]) -> None:
+    """Run every chunk's steps in order, overlapping chunks: see the module docstring for the order."""
+    started: dict[tuple[int, int], tuple[MPITransport, object, str]] = {}
+    depth = len(chunk_steps[0])
+
+    def finish(c: int, k: int) -> None:
+        pending = started.pop((c, k), None)
+        if pending is not None:
+            transport, request, what = pending
+            transport.wait(request, what)
+
+    for tick in range(len(chunk_steps) + depth - 1):
+        for k in range(depth):
+            c = tick - k
+            if not 0 <= c < len(chunk_steps):
+                continue
+            if k:
+                finish(c, k - 1)
+            transport, step, what = chunk_steps[c][k]
+            request = step()
+            if transport is not None:
+                started[(c, k)] = (transport, request, what)
+    for c, k in sorted(started):
+        finish(c, k)
+
+
+def _staged(tensor: torch.Tensor, reduce: bool) -> torch.Tensor:
+    """A host tensor MPI can work on (reduce: of an MPI-typed dtype) holding ``tensor``; itself when it is."""
+    if tensor.is_cuda:
+        torch.cuda.current_stream(tensor.device).synchronize()
+    if reduce and not MPITransport.reduces(tensor.dtype):
+        return tensor.to(device="cpu", dtype=torch.float32)
+    return tensor.to("cpu") if tensor.is_cuda else tensor
+
+
+def all_gather(intra: MPITransport, inter: MPITransport, out: torch.Tensor, inp: torch.Tensor, chunks: int) -> None:
+    nodes, local, n = inter.size, intra.size, inp.numel()
+    host_out, host_in = _staged(out, False), _staged(inp, False)
+    from_nodes = torch.empty(nodes * n, dtype=host_in.dtype)
+    by_local = torch.empty(local * nodes * n, dtype=host_in.dtype)
+    steps = []
+    for start, stop in chunk_bounds(n, chunks):
+        w = stop - start
+        g1, g2 = from_nodes[nodes * start:nodes * stop], by_local[local * nodes * start:local * nodes * stop]
+        steps.append((
+            (inter, lambda i=host_in[start:stop], g1=g1: inter.start_all_gather(g1, i), "inter all-gather"),
+            (intra, lambda g1=g1, g2=g2: intra.start_all_gather(g2, g1), "intra all-gather"),
+            (None, lambda g2=g2, s=start, w=w: unpack_window(g2, host_out, local, nodes, n, s, w), "unpack"),
+        ))
+    run(steps)
+    if host_out is not out:
+        out.copy_(host_out)
+
+
+def reduce_scatter(intra: MPITransport, inter: MPITransport, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp,
+                   chunks: int) -> None:
+    nodes, local, n = inter.size, intra.size, out.numel()
+    host_in, host_out = _staged(inp, True), _staged(out, True)
+    packed = torch.empty(local * nodes * n, dtype=host_in.dtype)
+    partial = torch.empty(nodes * n, dtype=host_in.dtype)
+    steps = []
+    for start, stop in chunk_bounds(n, chunks):
+        w = stop - start
+        p, q = packed[local * nodes * start:local * nodes * stop], partial[nodes * start:nodes * stop]
+        steps.append((
+            (None, lambda p=p, s=start, w=w: pack_window(host_in, p, nodes, local, n, s, w), "pack"),
+            (intra, lambda p=p, q=q: intra.start_reduce_scatter(q, p, op), "intra reduce-scatter"),
+            (inter, lambda q=q, o=host_out[start:stop]: inter.start_reduce_scatter(o, q, op), "inter reduce-scatter"),
+        ))
+    run(steps)
+    if host_out is not out:
+        out.copy_(host_out)
+
+
+def all_reduce(intra: MPITransport, inter: MPITransport, buf: torch.Tensor, op: ReduceOp, chunks: int) -> None:
+    local, n = intra.size, buf.numel()
+    host = _staged(buf, True)
+    bounds = chunk_bounds(n, chunks, multiple=local)
+    width = bounds[0][1] - bounds[0][0]
+    padded_len = max(width * len(bounds), local)
+    if padded_len == n:
+        work = host
+    else:  # every chunk a whole number of shards; the padding is discarded
+        work = torch.zeros(padded_len, dtype=host.dtype)
+        work[:n].copy_(host)
+    shards = torch.empty(padded_len // local, dtype=host.dtype)
+    steps = []
+    for c in range(padded_len // max(width, local)):
+        start, stop = c * max(width, local), (c + 1) * max(width, local)
+        piece, shard = work[start:stop], shards[start // local:stop // local]
+        steps.append((
+            (intra, lambda p=piece, s=shard: intra.start_reduce_scatter(s, p, op), "intra reduce-scatter"),
+            (inter, lambda s=shard: inter.start_all_reduce(s, op), "inter all-reduce"),
+            (intra, lambda p=piece, s=shard: intra.start_all_gather(p, s), "intra all-gather"),
+        ))
+    run(steps)
+    if work is not host:
+        host.copy_(work[:n])
+    if host is not buf:
+        buf.copy_(host)

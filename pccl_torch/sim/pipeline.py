@@ -1,0 +1,49 @@
+"""How many chunks a pipelined hierarchical call is cut into (``hier:pipelined``).
+
+More chunks overlap more of the intra-node phases with the inter-node one, but every chunk pays each
+phase's latency again. With the machine's parameters the cost model picks the count of least predicted
+time (``costs.pipelined_time``) among powers of two, no chunk smaller than :data:`MIN_CHUNK_BYTES` of the
+full buffer. Without machine parameters, chunks of :data:`DEFAULT_CHUNK_BYTES`. ``PCCL_PIPELINE_CHUNKS=k``
+fixes the count (read once per process; for measurements such as pipelined vs unpipelined).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from pccl_torch.sim.machine import MachineProfile
+
+CHUNKS_ENV = "PCCL_PIPELINE_CHUNKS"
+MAX_CHUNKS = 16
+MIN_CHUNK_BYTES = 256 * 1024
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+
+@functools.cache
+def _fixed_chunks() -> int | None:
+    raw = os.environ.get(CHUNKS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1024:
+        raise ValueError(f"{CHUNKS_ENV}={raw!r} must be an integer from 1 to 1024")
+    return value
+
+
+def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,
+                    machine: MachineProfile | None) -> int:
+    """The chunk count of a pipelined call of ``collective`` on a full buffer of ``nbytes`` bytes."""
+    fixed = _fixed_chunks()
+    if fixed is not None:
+        return fixed
+    most = max(1, min(MAX_CHUNKS, nbytes // MIN_CHUNK_BYTES))
+    if machine is None:
+        return max(1, min(most, -(-nbytes // DEFAULT_CHUNK_BYTES)))
+    from pccl_torch.sim.costs import pipelined_time
+
+    counts = [k for k in (1, 2, 4, 8, 16) if k <= most]
+    return min(counts, key=lambda k: pipelined_time(collective, nbytes, nodes, local_size, machine, k))
