@@ -61,24 +61,50 @@ class NotInitializedError(RuntimeError):
     """A collective was called before ``pccl_torch.init()`` or after ``pccl_torch.shutdown()``."""
 
 
-@dataclass(slots=True)
 class CollectiveStats:
-    """Per-collective counters: calls, bytes moved by the caller's buffers, seconds, algorithm use."""
+    """Per-collective counters: calls, bytes moved by the caller's buffers, seconds, algorithm use.
 
-    calls: Counter[str] = field(default_factory=Counter)
-    bytes: Counter[str] = field(default_factory=Counter)
-    seconds: Counter[str] = field(default_factory=Counter)
-    algorithms: Counter[tuple[str, str]] = field(default_factory=Counter)
+    One entry per (collective, algorithm) is updated per call (``[calls, bytes, seconds]``, one dict
+    lookup); the per-collective views are summed when read."""
 
-    def record(self, collective: str, algorithm: str, nbytes: int, seconds: float) -> None:
-        self.calls[collective] += 1
-        self.bytes[collective] += nbytes
-        self.seconds[collective] += seconds
-        self.algorithms[(collective, algorithm)] += 1
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], list] = {}
+
+    def record(self, plan, nbytes: int, seconds: float) -> None:
+        """Count one call of ``plan`` (anything with ``collective`` and ``name``)."""
+        entry = self._entries.get((plan.collective, plan.name))
+        if entry is None:
+            entry = self._entries[(plan.collective, plan.name)] = [0, 0, 0.0]
+        entry[0] += 1
+        entry[1] += nbytes
+        entry[2] += seconds
+
+    def _by_collective(self, index: int) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for (collective, _), entry in self._entries.items():
+            out[collective] += entry[index]
+        return out
+
+    @property
+    def calls(self) -> Counter[str]:
+        return self._by_collective(0)
+
+    @property
+    def bytes(self) -> Counter[str]:
+        return self._by_collective(1)
+
+    @property
+    def seconds(self) -> Counter[str]:
+        return self._by_collective(2)
+
+    @property
+    def algorithms(self) -> Counter[tuple[str, str]]:
+        return Counter({key: entry[0] for key, entry in self._entries.items()})
 
     def reset(self) -> None:
-        for counter in (self.calls, self.bytes, self.seconds, self.algorithms):
-            counter.clear()
+        self._entries.clear()
 
 
 @dataclass(eq=False)

@@ -96,6 +96,7 @@ def _torch_name(op: Any) -> str | None:
 
 
 _PLAIN = {op: Reduction(op, op) for op in (ReduceOp.SUM, ReduceOp.PRODUCT, ReduceOp.MIN, ReduceOp.MAX)}
+_SUM = _PLAIN[ReduceOp.SUM]
 
 
 def _torch_premul_factor(op: Any) -> Any:
@@ -108,6 +109,8 @@ def _torch_premul_factor(op: Any) -> Any:
 
 def as_reduction(op: Any) -> Reduction:
     """Normalise ``op`` (ours, torch's, a name such as ``"sum"``, or a Reduction) to a Reduction."""
+    if op is ReduceOp.SUM:  # the default, on nearly every call: no enum hashing
+        return _SUM
     if isinstance(op, Reduction):
         return op
     if isinstance(op, ReduceOp) and op in _PLAIN:  # the common case, on every call: no allocation
