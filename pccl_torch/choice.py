@@ -3,7 +3,8 @@
 For every communicator the API keeps a :class:`Choice`: ``PCCL_ALGO`` (read once when it is attached, as
 NCCL reads ``NCCL_ALGO``), the selector (rank 0's profile, broadcast, so every rank holds the same one), and
 the plans already resolved per call shape. Order: explicit ``algorithm=``, then ``PCCL_ALGO``, then the
-selector, then the heuristic. A plan whose intra-node library does not serve the communicator's device
+selector, then the heuristic; across a network (several hosts) the measured rule of
+``heuristic.networked_choice`` comes before the selector, whose profile cannot tell a network from memory. A plan whose intra-node library does not serve the communicator's device
 fails here, before any communication; a pipelined plan gets its chunk count here (``sim.pipeline``).
 """
 
@@ -50,21 +51,23 @@ class Choice:
 
     def _decide(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
                 dtype: torch.dtype) -> Plan:
+        topo = comm.topology
         name = algorithm or self.overrides.get(collective)
+        if not name and topo.networked and topo.is_hierarchical:
+            # Nothing the selector was trained on tells a network from a memory bus: across one, the
+            # measured rule (heuristic.networked_choice) decides until link-aware features exist.
+            name = heuristic.networked_choice(collective, nbytes)
         if not name and self.selector is not None:
-            name = self.selector.choose(collective, nbytes, comm.topology, dtype.itemsize)
-        plan = resolve(collective, name or heuristic.choose(collective, nbytes, comm.topology))
+            name = self.selector.choose(collective, nbytes, topo, dtype.itemsize)
+        plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))
         if plan.hierarchical:
             comm.intra_level("mpi" if plan.pipelined else plan.intra)  # a library this device lacks: ValueError
         if plan.pipelined:
-            topo = comm.topology
+            # The selector's machine parameters were fitted without the network (no link-aware features
+            # yet): the chunk count comes from the fixed chunk size, not from them.
             plan = dataclasses.replace(plan, chunks=pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size,
-                                                                    self.machine()))
+                                                                    None))
         return plan
-
-    def machine(self):
-        """The machine parameters the selector's profile carries (None without them)."""
-        return self.selector.machine_profile() if self.selector is not None else None
 
 
 def _agreed_selector(mpi_comm) -> Selector | None:

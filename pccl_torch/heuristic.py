@@ -9,7 +9,7 @@ nodes of several ranks, with the inter-node algorithm chosen on the inter-node m
 from __future__ import annotations
 
 from pccl_torch.algorithms import Collective
-from pccl_torch.plan import HIER_PREFIX
+from pccl_torch.plan import HIER_PREFIX, PIPELINED
 from pccl_torch.topology import Topology
 
 SMALL_ALL_GATHER = 80 * 1024  # Bruck below (ceil(lg p) steps), recursive doubling to MEDIUM
@@ -40,3 +40,19 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
     # The inter-node phase moves N/P of the buffer (AG, RS), or its 1/L shard (AR).
     inter_bytes = nbytes // topology.local_size
     return HIER_PREFIX + flat_choice(collective, inter_bytes, topology.num_nodes)
+
+
+# Across a network (several hosts), the full-buffer size from which the hierarchy beats the MPI library's
+# flat collective, and from which the pipelined schedule beats the unpipelined one. Measured on the
+# testbed (2 nodes x 2 ranks, 1 Gbit/s; pccl-bench 1K..64M, README "Hierarchy across a network"): flat
+# MPI wins below 256 KiB for all three; MPICH's all-reduce stays within ~10% of the link bound up to
+# 1 MiB, so the hierarchy only pays from 4 MiB there.
+NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20}
+NETWORK_PIPELINE_FROM = 1 << 20
+
+
+def networked_choice(collective: Collective, nbytes: int) -> str:
+    """The choice for several nodes of several ranks joined by a network (``Topology.networked``)."""
+    if nbytes < NETWORK_HIER_FROM[collective]:
+        return "mpi"
+    return HIER_PREFIX + (PIPELINED if nbytes >= NETWORK_PIPELINE_FROM else "mpi")

@@ -7,12 +7,15 @@ so one machine can emulate ``world / L`` nodes of ``L`` consecutive ranks.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mpi4py import MPI
+
+log = logging.getLogger(__name__)
 
 LOCAL_SIZE_ENV = "PCCL_LOCAL_SIZE"
 
@@ -31,6 +34,9 @@ class Topology:
     """Number of ranks in the world."""
     local_size: int
     """Ranks per node (``L``)."""
+    hosts: int = 1
+    """Shared-memory domains the ranks span (MPI's ``COMM_TYPE_SHARED`` split): 1 when every rank shares
+    one machine's memory, as with nodes emulated by ``PCCL_LOCAL_SIZE``, where the hierarchy cannot pay."""
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -58,6 +64,11 @@ class Topology:
     def num_nodes(self) -> int:
         """Number of nodes (``N``)."""
         return self.world_size // self.local_size
+
+    @property
+    def networked(self) -> bool:
+        """True when the nodes are joined by a network (several shared-memory domains), not by memory."""
+        return self.hosts > 1
 
     @property
     def is_hierarchical(self) -> bool:
@@ -90,15 +101,13 @@ def local_size_override() -> int | None:
 def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
     """Topology of ``comm``: from ``local_size``, else ``PCCL_LOCAL_SIZE``, else MPI's shared-memory split.
 
-    Collective over ``comm`` (every rank must call it). Raises ``TopologyError`` on every rank when
-    nodes hold different numbers of ranks or ranks are not placed in blocks.
+    Collective over ``comm`` (every rank must call it). With an explicit local size, nodes that do not
+    divide the world raise ``TopologyError``; nodes found by detection that hold different numbers of
+    ranks, or ranks not placed in blocks, make the topology flat (one rank a node) with one log line.
     """
     from mpi4py import MPI
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    chosen = local_size if local_size is not None else local_size_override()
-    if chosen is not None:
-        return Topology(rank, size, chosen)
     node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
         node_leader = node_comm.allreduce(rank, op=MPI.MIN)
@@ -106,13 +115,26 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
     finally:
         node_comm.Free()
     placements = comm.allgather((node_leader, detected))
+    hosts = len({leader for leader, _ in placements})
+    chosen = local_size if local_size is not None else local_size_override()
+    if chosen is not None:
+        return Topology(rank, size, chosen, hosts)
+    problem = _placement_problem(placements)
+    if problem is not None:
+        if rank == 0:
+            log.warning("pccl: %s; running the flat algorithms (one rank a node)", problem)
+        return Topology(rank, size, 1, hosts)
+    return Topology(rank, size, detected, hosts)
+
+
+def _placement_problem(placements: list[tuple[int, int]]) -> str | None:
+    """Why the detected nodes cannot be used as equal blocks of ranks (None when they can)."""
     sizes = sorted({s for _, s in placements})
     if len(sizes) > 1:
-        raise TopologyError(f"nodes hold different numbers of ranks ({sizes}): launch the same number on each node")
+        return f"nodes hold different numbers of ranks ({sizes})"
+    detected = sizes[0]
     for r, (leader, _) in enumerate(placements):
         if leader != r - r % detected:
-            raise TopologyError(
-                f"rank {r} shares a node with rank {leader}: ranks must be placed in blocks of {detected} "
-                "consecutive ranks per node (mpiexec's default --map-by core/slot placement)"
-            )
-    return Topology(rank, size, detected)
+            return (f"rank {r} shares a node with rank {leader}: ranks are not placed in blocks of {detected} "
+                    "consecutive ranks per node (mpiexec's default --map-by core/slot placement)")
+    return None

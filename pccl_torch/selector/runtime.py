@@ -1,6 +1,7 @@
 """The selector at run time: one lookup per (collective, dtype size, size bucket, layout), then cached.
 
-Messages smaller than any trained one are decided as the smallest trained size (all latency-bound);
+Messages smaller than any trained one are decided as the smallest trained size (all latency-bound), larger
+than any as the largest (all bandwidth-bound);
 other calls outside the trained feature ranges fall back to the cost model with the machine parameters stored
 in the profile (a warning, once), or to the heuristic when the profile has none. The choice is always a
 name valid for the collective, and every rank holds the same profile (rank 0's, broadcast at init), so
@@ -67,9 +68,10 @@ class Selector:
         if topology.world_size == 1:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
         valid = valid_names(collective)
-        # Below the smallest trained size every schedule is latency-bound: decide as for that size.
-        smallest = self.profile.metadata.get("feature_ranges", {}).get("log2_bytes", [0.0])[0]
-        sized = max(nbytes, int(2 ** smallest), 1)
+        # Below the smallest trained size every schedule is latency-bound, above the largest bandwidth-bound:
+        # decide as for that size.
+        smallest, largest = self.profile.metadata.get("feature_ranges", {}).get("log2_bytes", [0.0, 64.0])[:2]
+        sized = min(max(nbytes, int(2 ** smallest), 1), int(2 ** largest))
         features = feature_vector(collective, sized, topology.world_size, topology.local_size, dtype_size)
         if self.profile.in_range(features):
             for name in self.profile.rank(features):

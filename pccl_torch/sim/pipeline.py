@@ -3,7 +3,8 @@
 More chunks overlap more of the intra-node phases with the inter-node one, but every chunk pays each
 phase's latency again. With the machine's parameters the cost model picks the count of least predicted
 time (``costs.pipelined_time``) among powers of two, no chunk smaller than :data:`MIN_CHUNK_BYTES` of the
-full buffer. Without machine parameters, chunks of :data:`DEFAULT_CHUNK_BYTES`. ``PCCL_PIPELINE_CHUNKS=k``
+full buffer. Without machine parameters, chunks of :data:`DEFAULT_CHUNK_BYTES` (on the 1 Gbit/s testbed,
+1 MiB chunks of the full buffer were as fast as any count tried, 1 to 64, at 4-64 MiB). ``PCCL_PIPELINE_CHUNKS=k``
 fixes the count (read once per process; for measurements such as pipelined vs unpipelined).
 """
 
@@ -15,9 +16,9 @@ import os
 from pccl_torch.sim.machine import MachineProfile
 
 CHUNKS_ENV = "PCCL_PIPELINE_CHUNKS"
-MAX_CHUNKS = 16
+MAX_CHUNKS = 32
 MIN_CHUNK_BYTES = 256 * 1024
-DEFAULT_CHUNK_BYTES = 4 << 20
+DEFAULT_CHUNK_BYTES = 1 << 20
 
 
 @functools.cache
@@ -45,5 +46,5 @@ def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,
         return max(1, min(most, -(-nbytes // DEFAULT_CHUNK_BYTES)))
     from pccl_torch.sim.costs import pipelined_time
 
-    counts = [k for k in (1, 2, 4, 8, 16) if k <= most]
+    counts = [k for k in (1, 2, 4, 8, 16, 32) if k <= most]
     return min(counts, key=lambda k: pipelined_time(collective, nbytes, nodes, local_size, machine, k))

@@ -297,7 +297,7 @@ def main() -> int:
     topo = comm.topology
     collectives = args.collectives.split(",")
     wanted = set(filter(None, args.algorithms.split(",")))
-    algorithms = {c: [a for a in pc.algorithms(c, "cpu") if not wanted or a in wanted] for c in collectives}
+    algorithms = {c: [a for a in pc.algorithms(c, DEVICE.type) if not wanted or a in wanted] for c in collectives}
     cases = correctness_cases(algorithms, large=not args.no_large)
     for case in cases:
         if case.count < 0:
