@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from pccl_torch.ops import SUPPORTED_DTYPES, Reduction
+from pccl_torch.ops import SUPPORTED_DTYPES, ReduceOp, Reduction
 
 _SUPPORTED = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
 _SUPPORTED_SET = frozenset(SUPPORTED_DTYPES)
@@ -50,7 +50,10 @@ def check_sizes(big: torch.Tensor, big_name: str, small: torch.Tensor, small_nam
 
 
 def check_reduction(reduction: Reduction, dtype: torch.dtype) -> None:
-    reduction.check_dtype(dtype)
+    """``reduction`` must be defined for ``dtype`` (after :func:`check_tensor`, which checked the dtype is
+    supported at all: SUM, the common case, needs nothing more)."""
+    if reduction.op is not ReduceOp.SUM:
+        reduction.check_dtype(dtype)
 
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -117,8 +117,8 @@ def all_reduce(intra: MPITransport, inter: MPITransport, buf: torch.Tensor, op: 
     local, n = intra.size, buf.numel()
     host = _staged(buf, True)
     bounds = chunk_bounds(n, chunks, multiple=local)
-    width = bounds[0][1] - bounds[0][0]
-    padded_len = max(width * len(bounds), local)
+    width = max(-(-(bounds[0][1] - bounds[0][0]) // local) * local, local)  # whole shards, >= 1 each
+    padded_len = width * len(bounds)
     if padded_len == n:
         work = host
     else:  # every chunk a whole number of shards; the padding is discarded
@@ -126,9 +126,8 @@ def all_reduce(intra: MPITransport, inter: MPITransport, buf: torch.Tensor, op: 
         work[:n].copy_(host)
     shards = torch.empty(padded_len // local, dtype=host.dtype)
     steps = []
-    for c in range(padded_len // max(width, local)):
-        start, stop = c * max(width, local), (c + 1) * max(width, local)
-        piece, shard = work[start:stop], shards[start // local:stop // local]
+    for start in range(0, padded_len, width):
+        piece, shard = work[start:start + width], shards[start // local:(start + width) // local]
         steps.append((
             (intra, lambda p=piece, s=shard: intra.start_reduce_scatter(s, p, op), "intra reduce-scatter"),
             (inter, lambda s=shard: inter.start_all_reduce(s, op), "inter all-reduce"),
