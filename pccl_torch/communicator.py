@@ -13,8 +13,10 @@
 The communicator holds transports and topology only; choosing algorithms is the API layer's job
 (``pccl_torch.choice``), which keeps its state for each communicator in :attr:`Communicator.choice`.
 
-Every wait of every transport is bounded by ``timeout`` (default 5 minutes): a collective that cannot
-finish raises :class:`~pccl_torch.errors.PcclTimeoutError` on every live rank and breaks the communicator.
+Every wait is bounded by ``timeout`` (default 5 minutes). With ``PCCL_WAIT=bounded`` every wait is polled and
+a collective that cannot finish raises :class:`~pccl_torch.errors.PcclTimeoutError` on every live rank and
+breaks the communicator; with ``PCCL_WAIT=blocking`` (the default) MPI's native collectives are its faster
+blocking calls and :mod:`pccl_torch.watchdog` aborts the job when one outlives the timeout.
 ``check=True`` (or ``PCCL_DEBUG=check``) makes the ranks agree on each call's signature first.
 """
 
@@ -47,6 +49,18 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
 DEBUG_ENV = "PCCL_DEBUG"
 DEBUG_MODES = ("off", "check")
+WAIT_ENV = "PCCL_WAIT"
+WAIT_MODES = ("blocking", "bounded")
+
+
+def blocking_waits_from_env() -> bool:
+    """``PCCL_WAIT=blocking`` (the default): MPI's native collectives are its blocking calls, a watchdog
+    aborts the job when one outlives the timeout (as NCCL's does); ``bounded``: every wait is polled, and a
+    collective that cannot finish raises ``PcclTimeoutError`` on every live rank. Anything else raises."""
+    mode = os.environ.get(WAIT_ENV, "").strip().lower() or "blocking"
+    if mode not in WAIT_MODES:
+        raise ValueError(f"{WAIT_ENV}={mode!r} is not a valid mode; expected one of {', '.join(WAIT_MODES)}")
+    return mode == "blocking"
 
 
 def checking_from_env() -> bool:
@@ -130,6 +144,8 @@ class Communicator:
     """How long any wait on a peer may take before the collective raises ``PcclTimeoutError``."""
     check: bool = False
     """Agree on each call's signature before running it (``PCCL_DEBUG=check``)."""
+    blocking_waits: bool = field(default_factory=blocking_waits_from_env)
+    """MPI's native collectives as blocking calls under the watchdog (``PCCL_WAIT``, read at creation)."""
     executor: OrderedExecutor = field(default_factory=lambda: OrderedExecutor("pccl"))
     stats: CollectiveStats = field(default_factory=CollectiveStats)
     sequence: int = 0
@@ -146,6 +162,8 @@ class Communicator:
         for transport, ranks in ((self.world, everyone), (self.vendor, everyone), (self.intra_mpi, node),
                                  (self.intra_torch, node), (self.inter, topo.peer_ranks(topo.local_rank))):
             transport.attach(ranks, self.timeout_s)
+        for transport in (self.world, self.intra_mpi, self.inter):
+            transport.blocking = self.blocking_waits
 
     @property
     def intra(self) -> Transport:

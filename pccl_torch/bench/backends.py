@@ -75,7 +75,9 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
 
     For all-reduce, ``output`` is the buffer (reduced in place) and ``inp`` is ignored. The baselines
     call the libraries directly (torch.distributed on the world group, mpi4py on a world communicator),
-    bypassing pccl's dispatch.
+    bypassing pccl's dispatch. The MPI baseline is the blocking call a user makes (``comm.Allreduce``, where
+    MPICH's ``MPIR_CVAR_*_COMPOSITION`` settings apply), for the dtypes MPI reduces; others go through
+    pccl's MPI transport (non-blocking, host-typed).
     """
     if backend.name == "pccl":
         algo = backend.algorithm
@@ -84,9 +86,26 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
         if collective == "reduce_scatter":
             return lambda: pc.reduce_scatter_tensor(output, inp, algorithm=algo, comm=comm)
         return lambda: pc.all_reduce(output, algorithm=algo, comm=comm)
+    if backend.name == "mpi" and output.dtype in _NUMPY_REDUCIBLE:
+        return _blocking_mpi_call(collective, comm.world.comm, output, inp)
     library = comm.vendor if backend.name == "gloo" else comm.world
     if collective == "all_gather":
         return lambda: library.native_all_gather(output, inp)
     if collective == "reduce_scatter":
         return lambda: library.native_reduce_scatter(output, inp, pc.ReduceOp.SUM)
     return lambda: library.native_all_reduce(output, pc.ReduceOp.SUM)
+
+
+_NUMPY_REDUCIBLE = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def _blocking_mpi_call(collective: str, mpi_comm, output: torch.Tensor, inp: torch.Tensor) -> Callable[[], None]:
+    """mpi4py's blocking collective on NumPy views of the (CPU) buffers, as a user would call it."""
+    from mpi4py import MPI
+
+    out, src = output.numpy(), inp.numpy()
+    if collective == "all_gather":
+        return lambda: mpi_comm.Allgather(src, out)
+    if collective == "reduce_scatter":
+        return lambda: mpi_comm.Reduce_scatter_block(src, out, op=MPI.SUM)
+    return lambda: mpi_comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)

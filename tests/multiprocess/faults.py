@@ -40,10 +40,11 @@ def ulfm_available() -> bool:
     return openmpi_available()
 
 
-def _command(mpi: str, local_size: int, driver_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The launch command and environment of one trial under ``mpi`` ("mpich" or "ulfm")."""
+def _command(mpi: str, local_size: int, driver_args: list[str], wait: str) -> tuple[list[str], dict[str, str]]:
+    """The launch command and environment of one trial under ``mpi`` ("mpich" or "ulfm") with ``PCCL_WAIT=wait``."""
     env = dict(os.environ)
     env.pop("PCCL_ALGO", None)
+    env["PCCL_WAIT"] = wait
     program = [sys.executable, str(HERE / "fault_driver.py"), *driver_args]
     if mpi == "mpich":
         return [mpiexec(), "-disable-auto-cleanup", "-n", str(RANKS), "-env", "PCCL_LOCAL_SIZE", str(local_size),
@@ -61,6 +62,9 @@ class Trial:
     problems: list[str] = field(default_factory=list)
     torn_down: bool = False
     """kill only: MPICH/mpiexec killed some survivors before they could report (no hang either)."""
+    wait: str = "bounded"
+    """``PCCL_WAIT`` of the trial: ``blocking`` trials end with the watchdog aborting the job."""
+    stderr: str = ""
 
     @property
     def ok(self) -> bool:
@@ -99,7 +103,22 @@ EXPECTED_TEXTS = {("kill", "mpich"): ("mpiexec reported a failed process",),
                   ("skip", "ulfm"): ("timed out after", REVOKED)}
 
 
+WATCHDOG_TEXTS = {"skip": "did not complete within", "kill": "mpiexec reported a failed process"}
+
+
+def _check_blocking(trial: Trial) -> None:
+    """``PCCL_WAIT=blocking``: the watchdog says what was stuck and aborts the job; nothing hangs."""
+    if WATCHDOG_TEXTS[trial.kind] not in trial.stderr and not (trial.kind == "kill" and trial.wall_s < LAUNCH_LIMIT_S):
+        trial.problems.append(f"no watchdog message ({WATCHDOG_TEXTS[trial.kind]!r}) in: {trial.stderr[-2000:]}")
+    if trial.wall_s > TIMEOUT_S + SLACK_S + 15:  # + start-up of 4 ranks on 2 cores
+        trial.problems.append(f"the job took {trial.wall_s:.1f} s to end")
+    if trial.leftover:
+        trial.problems.append(f"processes left running: {trial.leftover}")
+
+
 def _check(trial: Trial) -> None:
+    if trial.wait == "blocking":
+        return _check_blocking(trial)
     survivors = [r for r in range(RANKS) if r != VICTIM]
     if trial.kind in ("kill", "skip"):
         texts = EXPECTED_TEXTS[trial.kind, trial.mpi]
@@ -132,22 +151,25 @@ def _check(trial: Trial) -> None:
         trial.problems.append(f"processes left running: {trial.leftover}")
 
 
-def run_trial(kind: str, workdir: Path, local_size: int = 2, mpi: str = "mpich", algorithm: str | None = None) -> Trial:
+def run_trial(kind: str, workdir: Path, local_size: int = 2, mpi: str = "mpich", algorithm: str | None = None,
+              wait: str = "bounded") -> Trial:
     """One launch of ``kind`` on 4 ranks (2 emulated nodes x 2 by default) under ``mpi``, with ``algorithm``
-    (default: auto; ``ring`` for ``skip``, whose point-to-point error names the exact peer not heard from);
-    the checked outcome."""
+    (default: auto; ``ring`` for ``skip``, whose point-to-point error names the exact peer not heard from)
+    and ``PCCL_WAIT=wait``; the checked outcome."""
     workdir.mkdir(parents=True, exist_ok=True)
     args = ["--out", str(workdir), "--timeout", str(TIMEOUT_S)]
     algorithm = algorithm or ("ring" if kind == "skip" else None)
     if algorithm:
         args += ["--algorithm", algorithm]
-    command, env = _command(mpi, local_size, [kind, *args])
+    command, env = _command(mpi, local_size, [kind, *args], wait)
     start = time.monotonic()
+    stderr = ""
     try:
-        subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=LAUNCH_LIMIT_S)
+        stderr = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=LAUNCH_LIMIT_S).stderr
     except subprocess.TimeoutExpired:
         pass  # reported below as leftover processes / missing reports
-    trial = Trial(kind, mpi, time.monotonic() - start)
+    trial = Trial(kind, mpi, time.monotonic() - start, wait=wait, stderr=stderr)
     for path in workdir.glob("rank*.json"):
         trial.ranks[int(path.stem.removeprefix("rank"))] = json.loads(path.read_text())
     trial.leftover = _leftovers(str(workdir))

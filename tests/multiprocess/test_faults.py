@@ -1,5 +1,5 @@
 """Faults under real mpiexec (4 ranks, 2 emulated nodes x 2): nothing hangs, nothing is left running, and
-every surviving rank reports the clear error. The 10-trial series: ``python -m tests.multiprocess.faults``."""
+with PCCL_WAIT=bounded every surviving rank reports the clear error. The 10-trial series: ``python -m tests.multiprocess.faults``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ def test_rank_that_never_calls_times_out_everywhere(tmp_path, trial) -> None:
     for rank in (0, 1, 2):
         assert "timed out after 3 s" in outcome.ranks[rank]["error"]
     assert "peers not heard from: [3]" in outcome.ranks[0]["error"]  # the ring's left neighbour of rank 0
+
+
+@pytest.mark.parametrize("kind", ["skip", "kill"])
+def test_blocking_waits_never_hang(tmp_path, kind) -> None:
+    """PCCL_WAIT=blocking (the default): MPI's blocking collective cannot time out, so the watchdog says what
+    was stuck and aborts the job; nothing hangs and nothing is left running."""
+    outcome = run_trial(kind, tmp_path, algorithm="mpi", wait="blocking")
+    assert outcome.ok, outcome.problems
 
 
 def test_mismatched_calls_are_reported_on_every_rank(tmp_path) -> None:
