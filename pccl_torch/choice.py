@@ -56,9 +56,9 @@ class Choice:
         if not name and topo.networked and topo.is_hierarchical:
             # Nothing the selector was trained on tells a network from a memory bus: across one, the
             # measured rule (heuristic.networked_choice) decides until link-aware features exist.
-            name = heuristic.networked_choice(collective, nbytes)
+            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes)
         if not name and self.selector is not None:
-            name = self.selector.choose(collective, nbytes, topo, dtype.itemsize)
+            name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type)
         plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))
         if plan.hierarchical:
             comm.intra_level("mpi" if plan.pipelined else plan.intra)  # a library this device lacks: ValueError

@@ -44,15 +44,20 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
 
 # Across a network (several hosts), the full-buffer size from which the hierarchy beats the MPI library's
 # flat collective, and from which the pipelined schedule beats the unpipelined one. Measured on the
-# testbed (2 nodes x 2 ranks, 1 Gbit/s; pccl-bench 1K..64M, README "Hierarchy across a network"): flat
-# MPI wins below 256 KiB for all three; MPICH's all-reduce stays within ~10% of the link bound up to
-# 1 MiB, so the hierarchy only pays from 4 MiB there.
+# testbed (2 nodes x 2 ranks at 1 Gbit/s and 200 Mbit/s, pccl-bench 1K..64M against MPICH's blocking
+# collectives): flat MPI wins below 256 KiB for all three; MPICH's all-reduce stays within ~10% of the link
+# bound up to 1 MiB, so the hierarchy only pays from 4 MiB there. On 3 nodes (200 Mbit/s) the pipelined
+# schedule, which runs MPI's non-blocking collectives between nodes, lost to gloo and to MPI for
+# all-reduce and reduce-scatter (0.63-0.76x), while the ring between nodes won (1.17x over gloo, 1.94x
+# over MPI): with a node count that is not a power of two those two take the ring.
 NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20}
 NETWORK_PIPELINE_FROM = 1 << 20
 
 
-def networked_choice(collective: Collective, nbytes: int) -> str:
-    """The choice for several nodes of several ranks joined by a network (``Topology.networked``)."""
+def networked_choice(collective: Collective, nbytes: int, nodes: int) -> str:
+    """The choice for ``nodes`` nodes of several ranks joined by a network (``Topology.networked``)."""
     if nbytes < NETWORK_HIER_FROM[collective]:
         return "mpi"
+    if nodes & (nodes - 1) and collective != "all_gather":
+        return HIER_PREFIX + "ring"
     return HIER_PREFIX + (PIPELINED if nbytes >= NETWORK_PIPELINE_FROM else "mpi")

@@ -221,7 +221,9 @@ def _status(name: str, kind: str, rc: str, seconds: float, limit: str, note: str
         status, reason = "pass", note or "exit 0"
     else:
         status = "fail"
-        if name.startswith("api-") and details.get("first_failures"):
+        if note:
+            reason = f"exit {code}: {note}"
+        elif name.startswith("api-") and details.get("first_failures"):
             reason = f"exit {code}; {details.get('failed')} failed; first: {details['first_failures'][0][:300]}"
         elif name == "kernels" and details.get("failures"):
             reason = f"exit {code}; first: {details['failures'][0]}"

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from pccl_torch import heuristic
-from pccl_torch.plan import valid_names
+from pccl_torch.plan import names_for
 from pccl_torch.selector.features import feature_vector
 from pccl_torch.selector.profile import PROFILE_ENV, Profile
 from pccl_torch.topology import Topology
@@ -53,21 +53,24 @@ class Selector:
         self._machine = None
         self._warned = False
 
-    def choose(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> str:
-        return self.explain(collective, nbytes, topology, dtype_size)[0]
+    def choose(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, device: str = "cpu") -> str:
+        return self.explain(collective, nbytes, topology, dtype_size, device)[0]
 
-    def explain(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> tuple[str, str]:
-        """(algorithm, why): ``why`` is "profile", "cost model" or "heuristic"."""
-        key = (collective, dtype_size, nbytes.bit_length(), topology.world_size, topology.local_size)
+    def explain(self, collective: str, nbytes: int, topology: Topology, dtype_size: int,
+                device: str = "cpu") -> tuple[str, str]:
+        """(algorithm, why): ``why`` is "profile", "cost model" or "heuristic". Only names that run on
+        ``device`` tensors are chosen (never ``hier-gloo:`` for CUDA tensors)."""
+        key = (collective, dtype_size, nbytes.bit_length(), topology.world_size, topology.local_size, device)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._decide(collective, nbytes, topology, dtype_size)
+            hit = self._cache[key] = self._decide(collective, nbytes, topology, dtype_size, device)
         return hit
 
-    def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int) -> tuple[str, str]:
+    def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int,
+                device: str) -> tuple[str, str]:
         if topology.world_size == 1:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
-        valid = valid_names(collective)
+        valid = names_for(collective, device)
         # Below the smallest trained size every schedule is latency-bound, above the largest bandwidth-bound:
         # decide as for that size.
         smallest, largest = self.profile.metadata.get("feature_ranges", {}).get("log2_bytes", [0.0, 64.0])[:2]

@@ -1,0 +1,94 @@
+"""Per-call overhead of pccl around the MPI call: the hot path of a small blocking all-reduce.
+
+Two measurements:
+
+- ``python benchmarks/bench_overhead.py`` (one rank, an idle core): microseconds per call of each piece
+  of ``pccl_torch.all_reduce`` in a hot loop (``timeit``), and of the whole call against the transport
+  call alone (one rank: the transport's all-reduce returns at once, so the difference is all pccl).
+- ``mpiexec -n 4 python benchmarks/bench_overhead.py --ranks`` (or ``pccl-testbed run -np 4 -- ...``):
+  every variant started from a barrier, median of the slowest rank, in a fresh shuffled order each
+  iteration: raw mpi4py ``Allreduce`` on NumPy, pccl's MPI transport, a resolved plan, the public API.
+  With more ranks than cores the API's microseconds are paid several times over by the waiting ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import timeit
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+import pccl_torch as pc
+from pccl_torch.ops import ReduceOp, as_reduction
+from pccl_torch.plan import resolve
+from pccl_torch.validation import check_reduction, check_tensor
+
+
+def pieces(comm: pc.Communicator, tensor: torch.Tensor, calls: int) -> list[tuple[str, float]]:
+    """Microseconds per call of each step of the API's path, and of the whole call."""
+    plan = comm.choice.plan(comm, "all_reduce", None, tensor.numel() * 4, tensor.dtype)
+    reduction = as_reduction(ReduceOp.SUM)
+    steps = {
+        "as_reduction": lambda: as_reduction(ReduceOp.SUM),
+        "check_tensor": lambda: check_tensor(tensor, "tensor", comm.device),
+        "check_reduction": lambda: check_reduction(reduction, tensor.dtype),
+        "choice (cached plan)": lambda: comm.choice.plan(comm, "all_reduce", None, tensor.numel() * 4, tensor.dtype),
+        "stats.record": lambda: comm.stats.record(plan, 1024, 0.0),
+        "transport call (1 rank: returns at once)": lambda: comm.world.native_all_reduce(tensor, ReduceOp.SUM),
+        "pccl_torch.all_reduce": lambda: pc.all_reduce(tensor, comm=comm),
+    }
+    return [(name, min(timeit.repeat(fn, number=calls, repeat=5)) / calls * 1e6) for name, fn in steps.items()]
+
+
+def across_ranks(comm: pc.Communicator, tensor: torch.Tensor, iters: int) -> list[tuple[str, float]]:
+    """Median over iterations of the slowest rank's time per variant, each started from a barrier."""
+    world = MPI.COMM_WORLD
+    array = tensor.numpy()
+    plan = resolve("all_reduce", "mpi")
+    variants = {
+        "raw mpi4py Allreduce": lambda: comm.world.comm.Allreduce(MPI.IN_PLACE, array),
+        "pccl MPI transport": lambda: comm.world.native_all_reduce(tensor, ReduceOp.SUM),
+        "resolved plan": lambda: plan.run_all_reduce(comm, tensor, ReduceOp.SUM),
+        "pccl_torch.all_reduce": lambda: pc.all_reduce(tensor, comm=comm),
+    }
+    names = list(variants)
+    order = np.random.default_rng(7)
+    samples = np.zeros((len(names), iters))
+    for it in range(iters + 50):
+        for i in order.permutation(len(names)):
+            world.Barrier()
+            start = MPI.Wtime()
+            variants[names[i]]()
+            if it >= 50:
+                samples[i, it - 50] = MPI.Wtime() - start
+    slowest = np.empty_like(samples)
+    world.Allreduce(samples, slowest, op=MPI.MAX)
+    return [(name, float(np.median(row)) * 1e6) for name, row in zip(names, slowest)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", action="store_true", help="barrier-separated calls on every rank of the launch")
+    parser.add_argument("--elements", type=int, default=256, help="fp32 elements (default 256 = 1 KiB)")
+    parser.add_argument("--calls", type=int, default=100_000, help="hot-loop calls per repeat (one rank)")
+    parser.add_argument("--iters", type=int, default=1000, help="timed iterations per variant (--ranks)")
+    args = parser.parse_args()
+    comm = pc.init()
+    tensor = torch.ones(args.elements)
+    if args.ranks:
+        rows = across_ranks(comm, tensor, args.iters)
+        title = f"{comm.topology.world_size} ranks, median of the slowest rank, us"
+    else:
+        rows = pieces(comm, tensor, args.calls)
+        title = "one rank, hot loop, us per call"
+    if comm.topology.rank == 0:
+        print(f"{title} ({MPI.Get_library_version().splitlines()[0]}, PCCL_WAIT blocking={comm.blocking_waits})")
+        for name, us in rows:
+            print(f"  {name:<44}{us:9.2f}")
+    pc.shutdown()
+
+
+if __name__ == "__main__":
+    main()

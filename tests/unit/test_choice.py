@@ -1,0 +1,131 @@
+"""The API layer's choice (pccl_torch.choice): order of the rules, the networked rule, device-valid names,
+pipelined chunk counts, and the layering that keeps the choice out of the communicator."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pccl_torch import heuristic
+from pccl_torch.choice import Choice
+from pccl_torch.plan import names_for, resolve, valid_names
+from pccl_torch.sim import costs
+from pccl_torch.sim.machine import load as load_machine
+from pccl_torch.sim.pipeline import pipeline_chunks
+from pccl_torch.topology import Topology
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pccl_torch"
+
+
+class FakeComm(SimpleNamespace):
+    """What Choice reads of a communicator: topology, device, the intra-node levels it has."""
+
+    def intra_level(self, library):
+        if library not in (None, "mpi", {"cpu": "gloo", "cuda": "nccl"}[self.device.type]):
+            raise ValueError(f"intra-node library {library!r} does not serve {self.device.type} tensors")
+        return object()
+
+
+def comm(hosts: int, world: int = 4, local: int = 2, device: str = "cpu") -> FakeComm:
+    return FakeComm(topology=Topology(0, world, local, hosts), device=torch.device(device), choice=None)
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_networked_rule_flat_then_hierarchical_then_pipelined(collective) -> None:
+    choice = Choice(overrides={})
+    networked = comm(hosts=2)
+    small = choice.plan(networked, collective, None, 4096, torch.float32)
+    large = choice.plan(networked, collective, None, 64 << 20, torch.float32)
+    assert small.name == "mpi"
+    assert large.name == "hier:pipelined" and large.chunks == 32  # 1 MiB chunks, at most 32
+    middle = heuristic.NETWORK_HIER_FROM[collective]
+    assert choice.plan(networked, collective, None, middle, torch.float32).hierarchical
+
+
+def test_networked_non_power_of_two_nodes_reduce_over_the_ring() -> None:
+    choice = Choice(overrides={})
+    three = comm(hosts=3, world=6, local=2)
+    assert choice.plan(three, "all_reduce", None, 16 << 20, torch.float32).name == "hier:ring"
+    assert choice.plan(three, "reduce_scatter", None, 16 << 20, torch.float32).name == "hier:ring"
+    assert choice.plan(three, "all_gather", None, 16 << 20, torch.float32).name == "hier:pipelined"
+
+
+def test_emulated_nodes_on_one_host_never_take_the_networked_rule() -> None:
+    choice = Choice(overrides={})
+    assert not choice.plan(comm(hosts=1), "all_gather", None, 64 << 20, torch.float32).pipelined
+    assert choice.plan(comm(hosts=1), "all_gather", None, 64 << 20, torch.float32).name == \
+        heuristic.choose("all_gather", 64 << 20, Topology(0, 4, 2, 1))
+
+
+def test_explicit_and_pccl_algo_come_first() -> None:
+    choice = Choice(overrides={"all_reduce": "ring"})
+    networked = comm(hosts=2)
+    assert choice.plan(networked, "all_reduce", None, 64 << 20, torch.float32).name == "ring"
+    assert choice.plan(networked, "all_reduce", "hier:mpi", 64 << 20,
+                       torch.float32).name == "hier:mpi"
+
+
+def test_an_intra_library_the_device_lacks_fails_before_communication() -> None:
+    choice = Choice(overrides={})
+    with pytest.raises(ValueError, match="does not serve cpu tensors"):
+        choice.plan(comm(hosts=2), "all_reduce", "hier-nccl:ring", 1024, torch.float32)
+    with pytest.raises(ValueError, match="does not serve cuda tensors"):
+        choice.plan(comm(hosts=2, device="cuda"), "all_reduce", "hier-gloo:ring", 1024, torch.float32)
+
+
+def test_names_per_device_have_no_duplicates_and_no_foreign_library() -> None:
+    for collective in ("all_gather", "reduce_scatter", "all_reduce"):
+        cpu, cuda = names_for(collective, "cpu"), names_for(collective, "cuda")
+        assert not any("nccl" in n or n.startswith("hier-mpi:") for n in cpu)
+        assert not any("gloo" in n for n in cuda)
+        assert set(cpu) | set(cuda) <= set(valid_names(collective))
+        assert "hier:pipelined" in cpu and "hier-mpi:pipelined" in cuda
+        for name in valid_names(collective):
+            resolve(collective, name)  # every accepted name resolves
+
+
+def test_selector_never_picks_a_name_of_another_device() -> None:
+    """A profile that ranks hier-gloo:ring first (trained where gloo won): on CUDA tensors the selector
+    skips it and returns the best-ranked name that runs there."""
+    from pccl_torch.selector.runtime import Selector
+
+    ranking = ["hier-gloo:ring", "hier-nccl:ring", "hier:ring", "mpi"]
+    profile = SimpleNamespace(metadata={}, machine_profile=None, in_range=lambda features: True,
+                              rank=lambda features: ranking)
+    selector = Selector(profile)  # type: ignore[arg-type]
+    topo = Topology(0, 4, 2)
+    assert selector.choose("all_gather", 1 << 20, topo, 4, "cpu") == "hier-gloo:ring"
+    assert selector.choose("all_gather", 1 << 20, topo, 4, "cuda") == "hier:ring"
+
+
+def test_pipeline_chunks(monkeypatch) -> None:
+    assert pipeline_chunks("all_reduce", 1024, 2, 2, None) == 1
+    assert pipeline_chunks("all_reduce", 4 << 20, 2, 2, None) == 4
+    assert pipeline_chunks("all_reduce", 1 << 30, 2, 2, None) == 32
+    machine = load_machine("perlmutter")
+    k = pipeline_chunks("all_gather", 64 << 20, 4, 4, machine)
+    times = {c: costs.pipelined_time("all_gather", 64 << 20, 4, 4, machine, c) for c in (1, 2, 4, 8, 16, 32)}
+    assert times[k] == min(times.values())
+
+
+def _imports(module: Path) -> set[str]:
+    tree = ast.parse(module.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_communicator_does_not_choose_and_plans_do_not_know_communicators() -> None:
+    """DESIGN.md's layers: transports and topology in the communicator, the choice above it."""
+    communicator = _imports(PACKAGE / "communicator.py")
+    assert not any(m.startswith(("pccl_torch.selector", "pccl_torch.sim", "pccl_torch.plan", "pccl_torch.choice",
+                                 "pccl_torch.heuristic")) for m in communicator)
+    assert "pccl_torch.communicator" not in _imports(PACKAGE / "plan.py")
