@@ -22,6 +22,7 @@ import time
 from pccl_torch import failure_notice
 
 _TICK_S = 0.1
+_ABORT_GRACE_S = 2.0
 _watched: dict[int, tuple[float, float, str]] = {}
 """token -> (deadline, start, what) of every blocking call in progress in this process."""
 _tokens = itertools.count()
@@ -70,6 +71,9 @@ def _abort(reason: str) -> None:
     sys.stderr.write(f"pccl (rank {rank}): {reason}. Aborting the MPI job (PCCL_WAIT=blocking; "
                      "PCCL_WAIT=bounded makes each rank raise PcclTimeoutError instead).\n")
     sys.stderr.flush()
+    # MPI_Abort may itself wait on a launcher that is already gone (mpiexec -disable-auto-cleanup after a
+    # failure): leave after a grace period whatever it does.
+    threading.Timer(_ABORT_GRACE_S, os._exit, (1,)).start()
     try:
         from mpi4py import MPI
 

@@ -173,6 +173,10 @@ def run_trial(kind: str, workdir: Path, local_size: int = 2, mpi: str = "mpich",
     for path in workdir.glob("rank*.json"):
         trial.ranks[int(path.stem.removeprefix("rank"))] = json.loads(path.read_text())
     trial.leftover = _leftovers(str(workdir))
+    settle = time.monotonic() + 5.0  # a rank the launcher just ended may take a moment to disappear
+    while trial.leftover and time.monotonic() < settle:
+        time.sleep(0.2)
+        trial.leftover = _leftovers(str(workdir))
     for line in trial.leftover:  # never leave a stray process behind, even when the trial failed
         subprocess.run(["kill", "-9", line.split()[0]], capture_output=True)
     _check(trial)
