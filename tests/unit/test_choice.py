@@ -52,6 +52,8 @@ def test_networked_non_power_of_two_nodes_reduce_over_the_ring() -> None:
     assert choice.plan(three, "all_reduce", None, 16 << 20, torch.float32).name == "hier:ring"
     assert choice.plan(three, "reduce_scatter", None, 16 << 20, torch.float32).name == "hier:ring"
     assert choice.plan(three, "all_gather", None, 16 << 20, torch.float32).name == "hier:pipelined"
+    assert choice.plan(three, "all_reduce", None, 64 << 10, torch.float32).name == "hier:ring"
+    assert choice.plan(three, "all_reduce", None, 4 << 10, torch.float32).name == "mpi"
 
 
 def test_emulated_nodes_on_one_host_never_take_the_networked_rule() -> None:
