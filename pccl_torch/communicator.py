@@ -41,7 +41,7 @@ from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.topology import Topology, detect
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.mpi import MPITransport
-from pccl_torch.transport.torch_group import TorchGroupTransport
+from pccl_torch.transport.torch_group import LIBRARY_BY_DEVICE, TorchGroupTransport
 from pccl_torch.work import OrderedExecutor
 
 log = logging.getLogger(__name__)
@@ -178,10 +178,11 @@ class Communicator:
             return self.intra
         if library == "mpi":
             return self.intra_mpi
-        if library == {"cpu": "gloo", "cuda": "nccl"}[self.device.type]:
+        torch_library = LIBRARY_BY_DEVICE[self.device.type]
+        if library == torch_library:
             return self.intra_torch
         raise ValueError(f"intra-node library {library!r} does not serve {self.device.type} tensors; use "
-                         f"hier-mpi:... or hier-{'nccl' if self.device.type == 'cuda' else 'gloo'}:..., or hier:...")
+                         f"hier-mpi:... or hier-{torch_library}:..., or hier:...")
 
     def mark_broken(self, error: PcclError) -> None:
         """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""

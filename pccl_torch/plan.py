@@ -26,6 +26,7 @@ from pccl_torch import algorithms
 from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical, pipelined
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
+from pccl_torch.transport.torch_group import LIBRARY_BY_DEVICE
 
 HIER_PREFIX = "hier:"
 PIPELINED = "pipelined"
@@ -73,7 +74,7 @@ def names_for(collective: Collective, device: str = "cpu") -> list[str]:
     """The distinct names that run on ``device`` tensors: no explicit intra-node library that is the
     device's default anyway, none of another device. What ``pccl-bench pccl:all`` and the tests loop over."""
     default = DEFAULT_INTRA[device]
-    usable = {"cpu": ("mpi", "gloo"), "cuda": ("mpi", "nccl")}[device]
+    usable = ("mpi", LIBRARY_BY_DEVICE[device])
     keep = []
     for name in valid_names(collective):
         library = intra_library(name)
@@ -152,7 +153,7 @@ def _resolve(collective: Collective, name: str) -> Plan:
     """Cached: every call resolves its algorithm's name (plans are immutable; unknown names raise)."""
     if name not in valid_names(collective):
         raise ValueError(f"unknown {collective} algorithm {name!r}; valid: {', '.join(valid_names(collective))}")
-    head, sep, inner = name.partition(":")
+    _, sep, inner = name.partition(":")
     hier = bool(sep)
     inner = inner if hier else name
     library = intra_library(name)

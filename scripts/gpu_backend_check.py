@@ -17,6 +17,7 @@ import inspect
 import json
 import sys
 import traceback
+from pathlib import Path
 from collections.abc import Callable
 
 import torch
@@ -25,6 +26,9 @@ from mpi4py import MPI
 
 import pccl_torch as pc
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere: the repo's tests/
+from tests.multiprocess._training import sgd_steps  # noqa: E402
 
 SPEC = "cpu:gloo,cuda:pccl"
 RTOL, ATOL = 1e-4, 1e-5  # CUDA against CPU float32 (different kernels, same maths)
@@ -43,20 +47,10 @@ def model_fn() -> torch.nn.Module:
 
 def sgd(model: torch.nn.Module, rank: int, device: torch.device, steps: int,
         before_step: Callable[[], object] | None = None) -> list[float]:
-    """``steps`` SGD steps of MSE regression; the data is made on the CPU (identical for both devices)."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(7 + rank)
-    losses = []
-    for _ in range(steps):
-        x, y = torch.randn(6, 12, generator=g).to(device), torch.randn(6, 1, generator=g).to(device)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        if before_step is not None:
-            before_step()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    """``steps`` SGD steps of MSE regression (the framework drivers' loop); the data is made on the CPU
+    (identical for both devices)."""
+    return sgd_steps(model, rank, features=12, batch=6, lr=0.05, seed=7, steps=steps, before_step=before_step,
+                     device=device)
 
 
 def compare(got: list[float], want: list[float], what: str) -> None:

@@ -144,14 +144,7 @@ class MPITransport(Transport):
             with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
                 return self.native_all_gather(rbuf, sbuf)
         if self.blocking:
-            token = watchdog.arm(self.timeout_s, "MPI's native all-gather")
-            try:
-                self.comm.Allgather(_buffer(inp), _buffer(out))
-            except MPI.Exception as exc:
-                raise self._process_failure(exc.Get_error_class(), [None], "MPI's native all-gather", 0.0) from exc
-            finally:
-                watchdog.disarm(token)
-            return None
+            return self._blocking(self.comm.Allgather, (_buffer(inp), _buffer(out)), "MPI's native all-gather")
         self._complete_collective(self.comm.Iallgather(_buffer(inp), _buffer(out)), "MPI's native all-gather")
         return None
 
@@ -164,14 +157,9 @@ class MPITransport(Transport):
                 return self.native_reduce_scatter(dst, src, op)
         datatype = _MPI_TYPES[inp.dtype]
         if self.blocking:
-            token = watchdog.arm(self.timeout_s, "MPI's native reduce-scatter")
-            try:
-                self.comm.Reduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op])
-            except MPI.Exception as exc:
-                raise self._process_failure(exc.Get_error_class(), [None], "MPI's native reduce-scatter", 0.0) from exc
-            finally:
-                watchdog.disarm(token)
-            return None
+            return self._blocking(self.comm.Reduce_scatter_block,
+                                  (_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op]),
+                                  "MPI's native reduce-scatter")
         request = self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op])
         self._complete_collective(request, "MPI's native reduce-scatter")
         return None
@@ -183,17 +171,23 @@ class MPITransport(Transport):
             with self._typed(tensor, copy_back=True) as buf:
                 return self.native_all_reduce(buf, op)
         if self.blocking:
-            token = watchdog.arm(self.timeout_s, "MPI's native all-reduce")
-            try:
-                self.comm.Allreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
-            except MPI.Exception as exc:
-                raise self._process_failure(exc.Get_error_class(), [None], "MPI's native all-reduce", 0.0) from exc
-            finally:
-                watchdog.disarm(token)
-            return None
+            return self._blocking(self.comm.Allreduce,
+                                  (MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op]),
+                                  "MPI's native all-reduce")
         request = self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
         self._complete_collective(request, "MPI's native all-reduce")
         return None
+
+    def _blocking(self, call, args: tuple, what: str) -> None:
+        """``call(*args)``, a blocking MPI collective, watched by the watchdog for the transport's timeout;
+        a failure a fault-tolerant MPI reports becomes ``Stalled`` as in the polled path."""
+        token = watchdog.arm(self.timeout_s, what)
+        try:
+            call(*args)
+        except MPI.Exception as exc:
+            raise self._process_failure(exc.Get_error_class(), [None], what, 0.0) from exc
+        finally:
+            watchdog.disarm(token)
 
     def _complete_collective(self, request: "MPI.Request", what: str) -> None:
         self._complete([request], [None], what)

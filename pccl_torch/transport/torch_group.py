@@ -20,6 +20,9 @@ from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 
+LIBRARY_BY_DEVICE = {"cpu": "gloo", "cuda": "nccl"}
+"""The torch.distributed library pccl's groups use for each device type's tensors."""
+
 _TORCH_OPS = {
     ReduceOp.SUM: dist.ReduceOp.SUM,
     ReduceOp.PRODUCT: dist.ReduceOp.PRODUCT,
