@@ -40,12 +40,12 @@ def init(comm=None, *, local_size: int | None = None, device: str | torch.device
 
 
 def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
-          dtype: torch.dtype) -> Plan:
-    """The one place algorithms are chosen (see ``pccl_torch.choice``)."""
+          dtype: torch.dtype, compression: str | None = None) -> Plan:
+    """The one place algorithms (and wire formats) are chosen (see ``pccl_torch.choice``)."""
     choice = comm.choice
     if choice is None:
         choice = choice_of(comm)
-    return choice.plan(comm, collective, algorithm, nbytes, dtype)  # type: ignore[attr-defined]
+    return choice.plan(comm, collective, algorithm, nbytes, dtype, compression)  # type: ignore[attr-defined]
 
 
 def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,
@@ -104,10 +104,13 @@ def _finish_reduction(tensor: torch.Tensor, reduction: Reduction, world: int) ->
 
 
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorithm: str | None = None,
-                           async_op: bool = False, comm: Communicator | None = None) -> Work | None:
+                           async_op: bool = False, comm: Communicator | None = None,
+                           compression: str | None = None) -> Work | None:
     """``output`` (world x input.numel() elements) receives every rank's ``input`` in rank order.
 
-    ``input`` may be this rank's slice of ``output`` (in-place); it is never modified.
+    ``input`` may be this rank's slice of ``output`` (in-place); it is never modified. ``compression``
+    (``"bf16"``, ``"int8"``, ``"fp8"``, ``"lossless"``; default exact, or ``PCCL_COMPRESSION``) encodes what
+    crosses nodes; every rank then holds the same decoded values, its own block included.
     """
     comm = comm or default_communicator()
     check_tensor(output, "output", comm.device)
@@ -119,7 +122,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
         output.data_ptr() + comm.topology.rank * input.numel() * input.element_size())
     if not in_place and overlaps(output, input):
         raise ValueError("input overlaps output but is not this rank's slice of it: use separate buffers")
-    plan = _plan(comm, "all_gather", algorithm, output.numel() * output.element_size(), output.dtype)
+    plan = _plan(comm, "all_gather", algorithm, output.numel() * output.element_size(), output.dtype, compression)
 
     def body() -> torch.Tensor:
         flat_out = _flat(output)
@@ -132,10 +135,11 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
 
 def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = ReduceOp.SUM, *,
                           algorithm: str | None = None, async_op: bool = False,
-                          comm: Communicator | None = None) -> Work | None:
+                          comm: Communicator | None = None, compression: str | None = None) -> Work | None:
     """``output`` receives this rank's block of the element-wise ``op`` over every rank's ``input``.
 
     ``input`` has world x output.numel() elements, block ``r`` for rank ``r``; it is never modified.
+    With ``compression``, contributions crossing nodes are encoded once and combined in float32.
     """
     comm = comm or default_communicator()
     reduction = as_reduction(op)
@@ -145,7 +149,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     check_reduction(reduction, input.dtype)
     world = comm.topology.world_size
     check_sizes(input, "input", output, "output", world)
-    plan = _plan(comm, "reduce_scatter", algorithm, input.numel() * input.element_size(), input.dtype)
+    plan = _plan(comm, "reduce_scatter", algorithm, input.numel() * input.element_size(), input.dtype, compression)
 
     def body() -> torch.Tensor:
         inp = _flat(input)
@@ -162,13 +166,15 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str | None = None,
-               async_op: bool = False, comm: Communicator | None = None) -> Work | None:
-    """In place element-wise ``op`` over every rank's ``tensor``; bitwise identical on every rank."""
+               async_op: bool = False, comm: Communicator | None = None,
+               compression: str | None = None) -> Work | None:
+    """In place element-wise ``op`` over every rank's ``tensor``; bitwise identical on every rank (with
+    ``compression`` too: every rank decodes the same bytes)."""
     comm = comm or default_communicator()
     reduction = as_reduction(op)
     check_tensor(tensor, "tensor", comm.device)
     check_reduction(reduction, tensor.dtype)
-    plan = _plan(comm, "all_reduce", algorithm, tensor.numel() * tensor.element_size(), tensor.dtype)
+    plan = _plan(comm, "all_reduce", algorithm, tensor.numel() * tensor.element_size(), tensor.dtype, compression)
 
     def body() -> torch.Tensor:
         buf = _flat(tensor)

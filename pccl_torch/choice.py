@@ -18,6 +18,7 @@ import torch
 from pccl_torch import heuristic
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
+from pccl_torch.compression import config as compression_config
 from pccl_torch.plan import Plan, env_overrides, resolve
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
@@ -34,16 +35,22 @@ class Choice:
     """The learned choice (None: the heuristic)."""
     overrides: dict[str, str] = field(default_factory=env_overrides)
     """``PCCL_ALGO`` per collective (a malformed value fails when the choice is made)."""
+    compression: dict[str, str] = field(default_factory=compression_config.env_formats)
+    """``PCCL_COMPRESSION`` per collective (read once, like ``PCCL_ALGO``)."""
     plans: dict[tuple, Plan] = field(default_factory=dict, repr=False)
-    """Resolved plans per (collective, algorithm or None, bytes, dtype)."""
+    """Resolved plans per (collective, algorithm or None, bytes, dtype, compression argument)."""
 
     def plan(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
-             dtype: torch.dtype) -> Plan:
-        """The plan of one call; a repeated call shape pays one dict lookup."""
-        key = (collective, algorithm, nbytes, dtype)
+             dtype: torch.dtype, compression: str | None = None) -> Plan:
+        """The plan of one call; a repeated call shape pays one dict lookup. An explicit ``compression``
+        that does not apply to ``dtype`` raises (before any communication)."""
+        key = (collective, algorithm, nbytes, dtype, compression)
         plan = self.plans.get(key)
         if plan is None:
             plan = self._decide(comm, collective, algorithm, nbytes, dtype)
+            wire = compression_config.for_call(collective, compression, self.compression, dtype)
+            if wire is not None:
+                plan = plan.compressed(wire)
             if len(self.plans) >= _PLANS_MAX:  # bounded: programs with ever-new sizes start over
                 self.plans.clear()
             self.plans[key] = plan

@@ -15,15 +15,18 @@ Plans never look at communicators: they run on anything with the :class:`Levels`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from pccl_torch import algorithms
+from pccl_torch import algorithms, compression
 from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical, pipelined
+from pccl_torch.compression import schedules as compressed
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.torch_group import LIBRARY_BY_DEVICE
@@ -110,35 +113,51 @@ class Plan:
     chunks: int = 1
     """Chunks of a pipelined plan (set per call shape by the API layer)."""
 
+    compression: str | None = None
+    """The wire format of what crosses nodes (``pccl_torch.compression``; set per call by the API layer):
+    the inter-node phase of a hierarchical plan (a pipelined one runs unpipelined then), every message of
+    a flat one. None: exact."""
+
     @property
     def pipelined(self) -> bool:
-        return self.schedule is None
+        return self.schedule is None and self.compression is None
+
+    def _between(self, collective: Collective) -> Callable[..., None]:
+        """The schedule between nodes (hierarchical) or over all ranks (flat)."""
+        if self.compression is not None:
+            return functools.partial(getattr(compressed, collective), compression.get(self.compression))
+        return self.schedule.fn
 
     def run_all_gather(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor) -> None:
         if self.pipelined:
             pipelined.all_gather(levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
         elif self.hierarchical:
-            hierarchical.all_gather(levels.intra_level(self.intra), levels.inter, self.schedule.fn, out, inp)
+            hierarchical.all_gather(levels.intra_level(self.intra), levels.inter, self._between("all_gather"), out, inp)
         else:
             t = getattr(levels, self.transport)
-            self.schedule.fn(t, out, inp, Blocks.even(t.size, inp.numel()))
+            self._between("all_gather")(t, out, inp, Blocks.even(t.size, inp.numel()))
 
     def run_reduce_scatter(self, levels: Levels, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
         if self.pipelined:
             pipelined.reduce_scatter(levels.intra_level("mpi"), levels.inter, inp, out, op, self.chunks)
         elif self.hierarchical:
-            hierarchical.reduce_scatter(levels.intra_level(self.intra), levels.inter, self.schedule.fn, inp, out, op)
+            hierarchical.reduce_scatter(levels.intra_level(self.intra), levels.inter, self._between("reduce_scatter"),
+                                        inp, out, op)
         else:
             t = getattr(levels, self.transport)
-            self.schedule.fn(t, inp, out, Blocks.even(t.size, out.numel()), op)
+            self._between("reduce_scatter")(t, inp, out, Blocks.even(t.size, out.numel()), op)
 
     def run_all_reduce(self, levels: Levels, buf: torch.Tensor, op: ReduceOp) -> None:
         if self.pipelined:
             pipelined.all_reduce(levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
         elif self.hierarchical:
-            hierarchical.all_reduce(levels.intra_level(self.intra), levels.inter, self.schedule.fn, buf, op)
+            hierarchical.all_reduce(levels.intra_level(self.intra), levels.inter, self._between("all_reduce"), buf, op)
         else:
-            self.schedule.fn(getattr(levels, self.transport), buf, op)
+            self._between("all_reduce")(getattr(levels, self.transport), buf, op)
+
+    def compressed(self, fmt: str) -> "Plan":
+        """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures)."""
+        return dataclasses.replace(self, name=f"{self.name}+{fmt}", compression=fmt, chunks=1)
 
 
 def resolve(collective: Collective, name: str) -> Plan:

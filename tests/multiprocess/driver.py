@@ -5,6 +5,10 @@ reference every rank computes locally from the seeded inputs of all ranks, check
 out-of-place calls are unchanged and that all-reduce results are bitwise identical on all ranks, runs the
 bad-input cases, and reports every failure. Exit status 1 if any case failed on any rank.
 
+``--compression FMT`` runs the float cases the format applies to with ``compression=FMT``: all-gathers must
+equal every rank's input through the format exactly, reductions stay within the format's error, and
+all-reduce results stay bitwise identical on all ranks.
+
 ``--device cuda`` runs the same cases on CUDA tensors (inputs and references are still made on the CPU,
 results are copied back to be checked): what ``scripts/gpu_check.sh`` runs on a GPU.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import sys
@@ -25,6 +30,7 @@ import torch
 from mpi4py import MPI
 
 import pccl_torch as pc
+from pccl_torch import compression as wire_formats
 from pccl_torch.ops import FLOAT_DTYPES, INT_DTYPES, SUPPORTED_DTYPES
 
 LARGE = 1 << 20  # "about 1 Mi elements" in the full buffer
@@ -50,6 +56,12 @@ TOLERANCE = {
 }
 
 
+# (rtol, atol per rank) of a compressed reduction of ~N(0,1) values (|x| <= ~4.5), per wire format: bf16
+# rounds each contribution to 8 bits (2^-9 relative), int8 to half a step of absmax / 127 of its block of
+# 256, fp8 (e4m3) to 2^-4 relative; lossless adds nothing to the dtype's own rounding.
+COMPRESSED_TOLERANCE = {"bf16": (1e-2, 1e-2), "int8": (1e-2, 2e-2), "fp8": (7e-2, 7e-2)}
+
+
 @dataclass(frozen=True)
 class Case:
     collective: str
@@ -57,10 +69,23 @@ class Case:
     dtype: torch.dtype
     op: str | None
     count: int  # elements per rank block (AG/RS) or buffer (AR)
+    compression: str | None = None
 
     def __str__(self) -> str:
         op = f" {self.op}" if self.op else ""
-        return f"{self.collective}[{self.algorithm}] {str(self.dtype).removeprefix('torch.')}{op} count={self.count}"
+        wire = f" compression={self.compression}" if self.compression else ""
+        return (f"{self.collective}[{self.algorithm}] {str(self.dtype).removeprefix('torch.')}{op} "
+                f"count={self.count}{wire}")
+
+
+def through_format(x: torch.Tensor, name: str | None) -> torch.Tensor:
+    """``x`` as a compressed all-gather delivers it: encoded and decoded by the format (itself if exact)."""
+    if name is None:
+        return x
+    fmt = wire_formats.get(name)
+    out = torch.empty_like(x)
+    fmt.decode(fmt.encode(x), out)
+    return out
 
 
 def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int) -> torch.Tensor:
@@ -98,8 +123,10 @@ def as_op(op: str):
     return pc.premul_sum(PREMUL_FACTOR) if op == "premul_sum" else op
 
 
-def matches(result: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, ranks: int) -> str | None:
-    """None if ``result`` matches; else a short description of the worst mismatch."""
+def matches(result: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, ranks: int,
+            compression: str | None = None) -> str | None:
+    """None if ``result`` matches (within the wire format's error with ``compression``); else a short
+    description of the worst mismatch."""
     if dtype in INT_DTYPES:
         expected = expected.to(dtype)  # exact, wrapping as the dtype does
         if torch.equal(result, expected):
@@ -107,6 +134,8 @@ def matches(result: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, ra
         bad = (result != expected).nonzero()[0].item()
         return f"index {bad}: got {result[bad].item()}, expected {expected[bad].item()}"
     rtol, atol = TOLERANCE[dtype]
+    if compression in COMPRESSED_TOLERANCE:
+        rtol, atol = (max(a, b) for a, b in zip((rtol, atol), COMPRESSED_TOLERANCE[compression]))
     got = result.to(torch.float64)
     if torch.allclose(got, expected, rtol=rtol, atol=atol * ranks):
         return None
@@ -147,24 +176,26 @@ class Runner:
             inputs = [make_input(i, block, case.dtype, None, self.seed) for i in range(p)]
             inp = inputs[r].clone().to(DEVICE)
             out = torch.full((p * block,), 7, dtype=case.dtype, device=DEVICE)
-            pc.all_gather_into_tensor(out, inp, algorithm=case.algorithm)
+            pc.all_gather_into_tensor(out, inp, algorithm=case.algorithm, compression=case.compression)
             if not torch.equal(inp.cpu(), inputs[r]):
                 return "input was modified"
-            expected = torch.cat(inputs)
-            return None if torch.equal(out.cpu(), expected) else "output differs from the concatenated inputs"
+            expected = torch.cat([through_format(x, case.compression) for x in inputs])
+            same = torch.equal(out.cpu().view(torch.uint8), expected.view(torch.uint8))
+            return None if same else "output differs from the concatenated inputs"
         if case.collective == "reduce_scatter":
             inputs = [make_input(i, p * block, case.dtype, case.op, self.seed) for i in range(p)]
             inp = inputs[r].clone().to(DEVICE)
             out = torch.full((block,), 7, dtype=case.dtype, device=DEVICE)
-            pc.reduce_scatter_tensor(out, inp, as_op(case.op), algorithm=case.algorithm)
+            pc.reduce_scatter_tensor(out, inp, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
             if not torch.equal(inp.cpu(), inputs[r]):
                 return "input was modified"
-            return matches(out.cpu(), reference(inputs, case.op)[r * block:(r + 1) * block], case.dtype, p)
+            return matches(out.cpu(), reference(inputs, case.op)[r * block:(r + 1) * block], case.dtype, p,
+                           case.compression)
         inputs = [make_input(i, block, case.dtype, case.op, self.seed) for i in range(p)]
         buf = inputs[r].clone().to(DEVICE)
-        pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm)
+        pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
         buf = buf.cpu()
-        problem = matches(buf, reference(inputs, case.op), case.dtype, p)
+        problem = matches(buf, reference(inputs, case.op), case.dtype, p, case.compression)
         if not self.identical_everywhere(buf):
             problem = (problem + "; " if problem else "") + "results differ between ranks"
         return problem
@@ -208,22 +239,26 @@ def check_async(p: int, r: int, names: tuple[str, ...] = ASYNC_ALGORITHMS) -> st
     return None
 
 
-def correctness_cases(algorithms: dict[str, list[str]], large: bool) -> list[Case]:
+def correctness_cases(algorithms: dict[str, list[str]], large: bool, compression: str | None = None) -> list[Case]:
+    dtypes = SUPPORTED_DTYPES if compression is None else [
+        d for d in FLOAT_DTYPES if wire_formats.get(compression).applies_to(d)]
     cases = []
     for collective, names in algorithms.items():
         for name in names:
-            for dtype in SUPPORTED_DTYPES:
+            for dtype in dtypes:
                 ops: tuple[str | None, ...]
                 if collective == "all_gather":
                     ops = (None,)
                 else:
                     ops = FLOAT_OPS if dtype in FLOAT_DTYPES else INT_OPS
                 for op in ops:
-                    for count in SMALL_BLOCKS:
-                        cases.append(Case(collective, name, dtype, op, count))
+                    for count in SMALL_BLOCKS + ((300,) if compression else ()):  # 300: two blocks of scales
+                        cases.append(Case(collective, name, dtype, op, count, compression))
             if large:
                 for dtype, op in ((torch.float32, "sum"), (torch.int32, "sum"), (torch.bfloat16, "max")):
-                    cases.append(Case(collective, name, dtype, op if collective != "all_gather" else None, -1))
+                    if dtype in dtypes:
+                        cases.append(Case(collective, name, dtype, op if collective != "all_gather" else None, -1,
+                                          compression))
     return cases
 
 
@@ -269,6 +304,13 @@ def bad_input_cases(p: int) -> list[tuple[str, type[BaseException], str, Callabl
          lambda: pc.all_reduce(torch.ones(4), pc.ReduceOp.PREMUL_SUM)),
         ("AR unknown algorithm", ValueError, "valid: ",
          lambda: pc.all_reduce(torch.ones(4), algorithm="telepathy")),
+        ("AR compression on integers", TypeError, "'int8' does not apply to torch.int32",
+         lambda: pc.all_reduce(torch.ones(4, dtype=torch.int32), compression="int8")),
+        ("AG bf16 compression of bf16", TypeError, "'bf16' does not apply to torch.bfloat16",
+         lambda: pc.all_gather_into_tensor(torch.empty(2 * p, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16),
+                                           compression="bf16")),
+        ("RS unknown compression", ValueError, "unknown compression 'zip'",
+         lambda: pc.reduce_scatter_tensor(torch.empty(1), torch.ones(p), compression="zip")),
         ("AG overlapping buffers", ValueError, "overlaps",
          lambda: (lambda base: pc.all_gather_into_tensor(base[: 4 * p], base[1:5]))(torch.zeros(4 * p + 1))),
     ]
@@ -281,6 +323,8 @@ def main() -> int:
     parser.add_argument("--algorithms", default="", help="comma list; default: every valid name")
     parser.add_argument("--json", help="rank 0 writes the summary here")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--compression", choices=wire_formats.NAMES,
+                        help="run the cases with this wire format (the float dtypes it applies to)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="where the collectives' tensors live (default cpu)")
     args = parser.parse_args()
@@ -298,11 +342,11 @@ def main() -> int:
     collectives = args.collectives.split(",")
     wanted = set(filter(None, args.algorithms.split(",")))
     algorithms = {c: [a for a in pc.algorithms(c, DEVICE.type) if not wanted or a in wanted] for c in collectives}
-    cases = correctness_cases(algorithms, large=not args.no_large)
+    cases = correctness_cases(algorithms, large=not args.no_large, compression=args.compression)
     for case in cases:
         if case.count < 0:
             per_block = LARGE // topo.world_size + 1 if case.collective != "all_reduce" else LARGE + 3
-            case = Case(case.collective, case.algorithm, case.dtype, case.op, per_block)
+            case = dataclasses.replace(case, count=per_block)
         if args.verbose and runner.rank == 0:
             print(case, flush=True)
         runner.check(str(case), lambda case=case: runner.run_case(case))

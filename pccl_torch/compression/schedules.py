@@ -1,0 +1,127 @@
+"""Compressed collectives over any :class:`~pccl_torch.transport.base.Transport`: the inter-node phase of a
+hierarchical plan with ``compression=``, or the whole of a flat one. Same calling conventions as the
+registered schedules (``registry.py``), with the wire format first, so ``functools.partial(schedule, fmt)``
+stands in for an inter-node schedule.
+
+- all-gather: encode this rank's block once; all-gather the wire bytes (the transport's own all-gather;
+  variable-size wires first agree on the largest size); decode every block, this rank's own too, so
+  every rank holds the same values.
+- reduce-scatter (after ZeRO++'s all-to-all reduce-scatter): encode each destination's block; exchange them
+  pairwise (step k: send to rank + k, receive from rank - k); decode and combine the p contributions in
+  rank order into a float32 accumulator (float64 for float64), this rank's own block exact; round once.
+  Every contribution is encoded once, so errors do not compound with the rank count as they would
+  if a ring re-encoded partial sums.
+- all-reduce: the compressed reduce-scatter to a 1/p shard, then the compressed all-gather of the shards:
+  every rank decodes the same bytes, so results are bitwise identical on every rank.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pccl_torch.algorithms._layout import Blocks
+from pccl_torch.compression.formats import WireFormat, aligned
+from pccl_torch.ops import ReduceOp
+from pccl_torch.transport.base import Transport
+from pccl_torch.triton_kernels import reduce_
+
+
+def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _sizes(t: Transport, nbytes: int) -> list[int]:
+    """Every rank's ``nbytes`` (an all-gather of one int64 each)."""
+    mine = torch.tensor([nbytes], dtype=torch.int64)
+    every = torch.empty(t.size, dtype=torch.int64)
+    t.native_all_gather(every, mine)
+    return every.tolist()
+
+
+def all_gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> list[torch.Tensor]:
+    """Every rank's wire bytes in rank order (views into one receive buffer)."""
+    if fixed is None:  # variable size: pad everyone's to the largest
+        width = aligned(max(_sizes(t, wire.numel())))
+        padded = torch.zeros(width, dtype=torch.uint8, device=wire.device)
+        padded[:wire.numel()].copy_(wire)
+        wire = padded
+    else:
+        width = fixed
+    gathered = torch.empty(t.size * width, dtype=torch.uint8, device=wire.device)
+    t.native_all_gather(gathered, wire)
+    return [gathered[i * width:(i + 1) * width] for i in range(t.size)]
+
+
+def exchange_wires(t: Transport, wires: list[torch.Tensor | None], fixed: int | None) -> list[torch.Tensor | None]:
+    """All-to-all: ``wires[j]`` goes to rank ``j``; returns what each rank sent here (None for this rank).
+    Pairwise steps, send to ``rank + k`` while receiving from ``rank - k`` (MPICH's large all-to-all)."""
+    p, me = t.size, t.rank
+    received: list[torch.Tensor | None] = [None] * p
+    for k in range(1, p):
+        dest, source = (me + k) % p, (me - k) % p
+        outgoing = wires[dest]
+        assert outgoing is not None
+        if fixed is None:  # announce the size first
+            size = torch.empty(1, dtype=torch.int64)
+            t.sendrecv(torch.tensor([outgoing.numel()], dtype=torch.int64), dest, size, source)
+            width = int(size[0])
+        else:
+            width = fixed
+        incoming = torch.empty(width, dtype=torch.uint8, device=outgoing.device)
+        t.sendrecv(outgoing, dest, incoming, source)
+        received[source] = incoming
+    return received
+
+
+def all_gather(fmt: WireFormat, t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) -> None:
+    """``out`` block ``i`` = rank ``i``'s ``inp`` through ``fmt`` (decoded on every rank alike)."""
+    if blocks.total == 0:
+        return
+    wires = all_gather_wires(t, fmt.encode(inp), fmt.wire_bytes(inp.numel(), inp.dtype))
+    for i, wire in enumerate(wires):
+        fmt.decode(wire, blocks.block(out, i))
+
+
+def reduce_scatter(fmt: WireFormat, t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks,
+                   op: ReduceOp) -> None:
+    """``out`` = ``op`` over ranks, in rank order, of every rank's block ``t.rank`` of ``inp``."""
+    p, me, n = t.size, t.rank, out.numel()
+    if blocks.total == 0:
+        return
+    fixed = fmt.wire_bytes(n, inp.dtype)
+    wires = [None if j == me else fmt.encode(blocks.block(inp, j)) for j in range(p)]
+    received = exchange_wires(t, wires, fixed)
+    acc_dtype = _accumulator_dtype(out.dtype)
+    acc = out if out.dtype == acc_dtype else torch.empty(n, dtype=acc_dtype, device=out.device)
+    for i in range(p):
+        if i == me:
+            own = blocks.block(inp, me)
+            if i == 0:
+                acc.copy_(own)
+            else:
+                reduce_(acc, own.to(acc_dtype), op)
+        elif i == 0:
+            fmt.decode(received[i], acc)
+        else:
+            fmt.decode_accumulate(received[i], acc, op)
+    if acc is not out:
+        out.copy_(acc)
+
+
+def all_reduce(fmt: WireFormat, t: Transport, buf: torch.Tensor, op: ReduceOp) -> None:
+    """In place ``op`` over every rank's ``buf``, bitwise identical on every rank."""
+    p, n = t.size, buf.numel()
+    if n == 0:
+        return
+    shard_len = -(-n // p)
+    if shard_len * p == n:
+        padded = buf
+    else:  # equal shards; the padding is discarded
+        padded = torch.zeros(shard_len * p, dtype=buf.dtype, device=buf.device)
+        padded[:n].copy_(buf)
+    layout = Blocks.even(p, shard_len)
+    shard = torch.empty(shard_len, dtype=buf.dtype, device=buf.device)
+    reduce_scatter(fmt, t, padded, shard, layout, op)
+    all_gather(fmt, t, padded, shard, layout)
+    if padded is not buf:
+        buf.copy_(padded[:n])
