@@ -1,5 +1,6 @@
-"""What pccl-bench measures: pccl (one algorithm, every algorithm, or its own choice) and the two
-baselines, torch.distributed gloo and the MPI library's native collective, each called directly."""
+"""What pccl-bench measures: pccl (one algorithm, every algorithm, or its own choice; exact, or with a
+compressed wire format: ``pccl+int8``, ``pccl:hier:mpi+bf16``) and the two baselines, torch.distributed
+gloo and the MPI library's native collective, each called directly."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 import pccl_torch as pc
+from pccl_torch import compression
 from pccl_torch.algorithms import COLLECTIVES
 
 BASELINES = ("gloo", "mpi")
@@ -16,16 +18,24 @@ BASELINES = ("gloo", "mpi")
 
 @dataclass(frozen=True, slots=True)
 class Backend:
-    """One measured column: ``name`` is pccl, gloo or mpi; ``algorithm`` the pccl name (None = auto)."""
+    """One measured column: ``name`` is pccl, gloo or mpi; ``algorithm`` the pccl name (None = auto);
+    ``compression`` pccl's wire format (None = exact)."""
 
     name: str
     algorithm: str | None = None
+    compression: str | None = None
 
     @property
     def label(self) -> str:
         if self.name != "pccl":
             return self.name
-        return f"pccl:{self.algorithm}" if self.algorithm else "pccl"
+        base = f"pccl:{self.algorithm}" if self.algorithm else "pccl"
+        return f"{base}+{self.compression}" if self.compression else base
+
+    @property
+    def auto(self) -> bool:
+        """pccl's own exact choice (the column compared with the baselines and the fixed algorithms)."""
+        return self.name == "pccl" and self.algorithm is None and self.compression is None
 
 
 def validate_backends(text: str, collectives: tuple[str, ...]) -> None:
@@ -33,6 +43,7 @@ def validate_backends(text: str, collectives: tuple[str, ...]) -> None:
     for collective in collectives:
         parse_backends(text, collective, skip_foreign=True)
     for item in filter(None, (part.strip() for part in text.split(","))):
+        item, _ = _split_compression(item)
         name, _, algorithm = item.partition(":")
         if name == "pccl" and algorithm not in ("", "all") and not any(
                 algorithm in pc.algorithms(c) for c in collectives):
@@ -40,31 +51,49 @@ def validate_backends(text: str, collectives: tuple[str, ...]) -> None:
                              + "; ".join(f"{c}: {', '.join(pc.algorithms(c))}" for c in collectives))
 
 
-def parse_backends(text: str, collective: str, *, skip_foreign: bool = False, device: str = "cpu") -> list[Backend]:
+def _split_compression(item: str) -> tuple[str, str | None]:
+    """``pccl:hier:mpi+int8`` -> (``pccl:hier:mpi``, ``int8``); an unknown format raises."""
+    base, plus, fmt = item.rpartition("+")
+    if not plus:
+        return item, None
+    compression.get(fmt)
+    if not base.startswith("pccl"):
+        raise ValueError(f"backend {item!r}: only pccl compresses (pccl+{fmt}, pccl:<algorithm>+{fmt})")
+    return base, fmt
+
+
+def parse_backends(text: str, collective: str, *, skip_foreign: bool = False, device: str = "cpu",
+                   dtype: torch.dtype = torch.float32) -> list[Backend]:
     """``pccl,gloo,mpi``, ``pccl:ring``, ``pccl:all`` (every distinct algorithm of ``collective`` that runs
-    on ``device`` tensors).
+    on ``device`` tensors), each pccl entry optionally with a wire format (``pccl+bf16``).
 
     With ``skip_foreign``, ``pccl:<algorithm>`` entries that belong to another collective (``bruck`` for
-    an all-reduce) are left out instead of rejected.
+    an all-reduce) are left out instead of rejected, and so are wire formats that do not apply to ``dtype``.
     """
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
     backends: list[Backend] = []
     for item in filter(None, (part.strip() for part in text.split(","))):
+        item, fmt = _split_compression(item)
+        if fmt is not None and not compression.get(fmt).applies_to(dtype):
+            if skip_foreign:
+                continue
+            compression.get(fmt).check_dtype(dtype)
         name, _, algorithm = item.partition(":")
         if name in BASELINES and not algorithm:
             backends.append(Backend(name))
         elif name == "pccl" and algorithm == "all":
-            backends.extend(Backend("pccl", a) for a in pc.algorithms(collective, device))
+            backends.extend(Backend("pccl", a, fmt) for a in pc.algorithms(collective, device))
         elif name == "pccl":
             if algorithm and algorithm not in pc.algorithms(collective):
                 if skip_foreign and any(algorithm in pc.algorithms(c) for c in COLLECTIVES):
                     continue
                 raise ValueError(f"unknown {collective} algorithm {algorithm!r}; valid: "
                                  f"{', '.join(pc.algorithms(collective))}")
-            backends.append(Backend("pccl", algorithm or None))
+            backends.append(Backend("pccl", algorithm or None, fmt))
         else:
-            raise ValueError(f"unknown backend {item!r}: expected pccl, pccl:<algorithm>, pccl:all, gloo or mpi")
+            raise ValueError(f"unknown backend {item!r}: expected pccl, pccl:<algorithm>, pccl:all (each optionally "
+                             f"+<format>: {', '.join(compression.NAMES)}), gloo or mpi")
     seen: dict[str, Backend] = {b.label: b for b in backends}  # drop repeats, keep order
     return list(seen.values())
 
@@ -80,12 +109,12 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
     pccl's MPI transport (non-blocking, host-typed).
     """
     if backend.name == "pccl":
-        algo = backend.algorithm
+        algo, wire = backend.algorithm, backend.compression
         if collective == "all_gather":
-            return lambda: pc.all_gather_into_tensor(output, inp, algorithm=algo, comm=comm)
+            return lambda: pc.all_gather_into_tensor(output, inp, algorithm=algo, comm=comm, compression=wire)
         if collective == "reduce_scatter":
-            return lambda: pc.reduce_scatter_tensor(output, inp, algorithm=algo, comm=comm)
-        return lambda: pc.all_reduce(output, algorithm=algo, comm=comm)
+            return lambda: pc.reduce_scatter_tensor(output, inp, algorithm=algo, comm=comm, compression=wire)
+        return lambda: pc.all_reduce(output, algorithm=algo, comm=comm, compression=wire)
     if backend.name == "mpi" and output.dtype in _NUMPY_REDUCIBLE:
         return _blocking_mpi_call(collective, comm.world.comm, output, inp)
     library = comm.vendor if backend.name == "gloo" else comm.world

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--iters", type=int, default=10, help="timed iterations per size and backend")
     p.add_argument("--backends", default="pccl,gloo,mpi",
                    help="comma list of pccl (auto), pccl:<algorithm>, pccl:all, gloo, mpi")
+    p.add_argument("--compression", default="", metavar="FORMATS",
+                   help="also time pccl's own choice with each of these wire formats (comma list of "
+                        "bf16, int8, fp8, lossless): columns pccl+<format>, with vs-exact")
     p.add_argument("-np", "--nprocs", type=int, help="launch this many ranks under mpiexec")
     p.add_argument("--local-size", type=int, help="ranks per emulated node (PCCL_LOCAL_SIZE; with --testbed: "
                    "ranks per namespace)")
@@ -126,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         collectives=tuple(c.strip() for c in args.collectives.split(",") if c.strip()),
         sizes=tuple(size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)),
         dtype=getattr(torch, args.dtype), warmup=args.warmup, iters=args.iters,
-        backends=args.backends, check=args.check,
+        backends=",".join([args.backends] + [f"pccl+{f.strip()}" for f in args.compression.split(",") if f.strip()]),
+        check=args.check,
         iter_budget=parse_size(args.iter_budget) if args.iter_budget else None,
         confirm=args.confirm,
     )

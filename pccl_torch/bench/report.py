@@ -10,8 +10,8 @@ from pathlib import Path
 from pccl_torch.units import format_size
 
 JSON_FIELDS = (
-    "collective", "backend", "algorithm", "auto", "size_bytes", "count", "dtype", "time_us", "algbw_gbps",
-    "busbw_gbps", "wrong", "vs_best_baseline", "ranks", "local_size", "nodes", "iters", "warmup", "hostname",
+    "collective", "backend", "algorithm", "auto", "compression", "size_bytes", "count", "dtype", "time_us",
+    "algbw_gbps", "busbw_gbps", "wrong", "vs_best_baseline", "vs_exact", "ranks", "local_size", "nodes", "iters", "warmup", "hostname",
     "versions",
 )
 #: Present on auto rows only, with ``--confirm N``: the head-to-head re-timing of auto against the fastest
@@ -22,6 +22,8 @@ CONFIRM_FIELDS = ("confirm_iters", "confirm_auto_us", "confirm_fixed", "confirm_
 def _label(row: dict) -> str:
     if row["backend"] != "pccl":
         return row["backend"]
+    if row.get("compression"):
+        return f"pccl+{row['compression']}"
     return f"pccl ({row['algorithm']})" if row["auto"] else f"pccl:{row['algorithm']}"
 
 
@@ -32,14 +34,19 @@ def format_table(rows: list[dict]) -> str:
     first = rows[0]
     lines = [f"# pccl-bench: {first['ranks']} ranks = {first['nodes']} nodes x {first['local_size']}, "
              f"{first['dtype']}, median of {first['iters']} iterations after {first['warmup']} warm-up, "
-             "time of the slowest rank; vs-best = best baseline time / pccl time"]
+             "time of the slowest rank; vs-best = best baseline time / pccl time"
+             + ("; vs-exact = pccl exact auto time / compressed time" if any(r.get("compression") for r in rows) else "")]
     header = (f"{'size':>8} {'count':>10} {'type':>8}  {'backend':<8} {'algorithm':<26} {'time(us)':>10} "
               f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'vs-best':>7}")
     for collective in dict.fromkeys(r["collective"] for r in rows):
         lines += ["", f"## {collective}", header]
         for r in (r for r in rows if r["collective"] == collective):
             algorithm = f"{r['algorithm']} (auto)" if r["auto"] else r["algorithm"]
+            if r.get("compression"):
+                algorithm = f"{r['algorithm']}+{r['compression']}"
             ratio = f"{r['vs_best_baseline']:.2f}" if r["vs_best_baseline"] else "-"
+            if r.get("vs_exact"):
+                ratio += f" vs-exact {r['vs_exact']:.2f}"
             wrong = "N/A" if r["wrong"] < 0 else str(r["wrong"])
             lines.append(f"{format_size(r['size_bytes']):>8} {r['count']:>10} {r['dtype']:>8}  {r['backend']:<8} "
                          f"{algorithm:<26} {r['time_us']:>10.1f} {r['algbw_gbps']:>11.3f} {r['busbw_gbps']:>11.3f} "

@@ -15,6 +15,7 @@ import torch
 from mpi4py import MPI
 
 import pccl_torch as pc
+from pccl_torch import compression
 from pccl_torch.bench.backends import Backend, make_call, parse_backends
 
 
@@ -77,17 +78,27 @@ class _Buffers:
             self.out.fill_(1)
 
 
-def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank: int, ranks: int) -> int:
-    """Run once on known inputs (small integers: exact in every dtype) and count wrong elements."""
+def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank: int, ranks: int,
+                 wire: str | None = None) -> int:
+    """Run once on known inputs (small integers: exact in every dtype) and count wrong elements. With a
+    wire format: all-gathers must deliver its round trip exactly, reductions stay within its error bound."""
     modulus = max(2, 128 // ranks)
     dtype = bufs.out.dtype
+    fmt = compression.get(wire) if wire else None
 
     def pattern(numel: int, who: int) -> torch.Tensor:
         return ((torch.arange(numel) + 3 * who) % modulus).to(dtype)
 
+    def delivered(x: torch.Tensor) -> torch.Tensor:
+        if fmt is None:
+            return x
+        out = torch.empty_like(x)
+        fmt.decode(fmt.encode(x), out)
+        return out
+
     if collective == "all_gather":
         bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
-        expected = torch.cat([pattern(bufs.inp.numel(), r) for r in range(ranks)])
+        expected = torch.cat([delivered(pattern(bufs.inp.numel(), r)) for r in range(ranks)])
     elif collective == "reduce_scatter":
         bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
         block = bufs.out.numel()
@@ -97,7 +108,11 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
         bufs.out.copy_(pattern(bufs.out.numel(), rank))
         expected = sum(pattern(bufs.out.numel(), r).double() for r in range(ranks)).to(dtype)
     call()
-    wrong = int((bufs.out != expected).sum())
+    if fmt is None or collective == "all_gather":
+        wrong = int((bufs.out != expected).sum())
+    else:  # each contribution (< modulus) and an all-reduce's re-encoded sum (< modulus * ranks) within the bound
+        bound = 2 * fmt.max_error * modulus * ranks
+        wrong = int(((bufs.out.double() - expected.double()).abs() > bound).sum())
     bufs.inp.fill_(1)
     bufs.out.fill_(1)
     return wrong
@@ -125,7 +140,8 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
             continue
         nbytes = total * element
         bufs = _Buffers(collective, total, ranks, settings.dtype)
-        backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True, device=comm.device.type)
+        backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True,
+                                                 device=comm.device.type, dtype=settings.dtype)
         calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
         warmup, iters = settings.counts(nbytes)
         # A new order every iteration (the same on every rank: collectives must be issued in the same
@@ -138,19 +154,20 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         for i, (backend, call) in enumerate(zip(backends, calls)):
             wrong = -1
             if settings.check:
-                wrong = world.allreduce(_count_wrong(collective, call, bufs, topo.rank, ranks), op=MPI.SUM)
+                wrong = world.allreduce(_count_wrong(collective, call, bufs, topo.rank, ranks, backend.compression),
+                                        op=MPI.SUM)
             seconds = medians[i]
             algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm, settings.dtype)
                                               if backend.name == "pccl" else "native")
             algbw = nbytes / seconds / 1e9
             rows.append({
                 "collective": collective, "backend": backend.name, "algorithm": algorithm,
-                "auto": backend.name == "pccl" and backend.algorithm is None,
+                "auto": backend.auto, "compression": backend.compression,
                 "size_bytes": nbytes, "count": total, "dtype": str(settings.dtype).removeprefix("torch."),
                 "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
                 "iters": iters, "warmup": warmup, "hostname": host, "versions": info,
-                **(confirmed if backend.name == "pccl" and backend.algorithm is None else {}),
+                **(confirmed if backend.auto else {}),
             })
         if bar:
             bar.update()
@@ -184,8 +201,9 @@ def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medi
     ``iters`` interleaved iterations each. The first pass picks the candidates, this one times them: taking
     the fastest of many noisy columns as "best fixed" would otherwise favour the fixed side by the noise
     alone. Returns the auto row's ``confirm_*`` fields (empty without ``iters`` or fixed algorithms)."""
-    auto = [i for i, b in enumerate(backends) if b.name == "pccl" and b.algorithm is None]
-    fixed = sorted((i for i, b in enumerate(backends) if b.name == "pccl" and b.algorithm is not None),
+    auto = [i for i, b in enumerate(backends) if b.auto]
+    fixed = sorted((i for i, b in enumerate(backends) if b.name == "pccl" and b.algorithm is not None
+                    and b.compression is None),
                    key=lambda i: medians[i])[:2]
     if not iters or not auto or not fixed:
         return {}
@@ -199,12 +217,18 @@ def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medi
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """``vs_best_baseline`` on pccl rows: best baseline time / pccl time at that size (> 1: pccl faster)."""
+    """``vs_best_baseline`` on pccl rows: best baseline time / pccl time at that size (> 1: pccl faster);
+    ``vs_exact`` on compressed rows: pccl's exact auto time / this row's time."""
     best: dict[tuple[str, int], float] = {}
+    exact: dict[tuple[str, int], float] = {}
     for row in rows:
+        key = (row["collective"], row["size_bytes"])
         if row["backend"] != "pccl":
-            key = (row["collective"], row["size_bytes"])
             best[key] = min(best.get(key, float("inf")), row["time_us"])
+        elif row["auto"]:
+            exact[key] = row["time_us"]
     for row in rows:
-        baseline = best.get((row["collective"], row["size_bytes"]))
+        key = (row["collective"], row["size_bytes"])
+        baseline = best.get(key)
         row["vs_best_baseline"] = (baseline / row["time_us"]) if row["backend"] == "pccl" and baseline else None
+        row["vs_exact"] = exact[key] / row["time_us"] if row.get("compression") and key in exact else None

@@ -44,6 +44,8 @@ class WireFormat(abc.ABC):
     name: str
     lossless: bool = False
     dtypes: tuple[torch.dtype, ...] = FLOATS
+    #: Bound on |decoded - x| per element, relative to the largest |x| of its block (0: bit-exact).
+    max_error: float = 0.0
 
     def applies_to(self, dtype: torch.dtype) -> bool:
         return dtype in self.dtypes
@@ -82,6 +84,7 @@ class Bfloat16(WireFormat):
 
     name = "bf16"
     dtypes = (torch.float32, torch.float64)
+    max_error = 2.0 ** -9
 
     def wire_bytes(self, numel: int, dtype: torch.dtype) -> int:
         return 2 * numel
@@ -97,9 +100,10 @@ class BlockQuantized(WireFormat):
     """int8 or fp8 (e4m3) values with a float32 absmax per block of 256 (``triton_kernels.quantize``):
     wire = [absmax, float32 x blocks][values, 1 byte each][padding to ALIGN]."""
 
-    def __init__(self, name: str, value_dtype: torch.dtype) -> None:
+    def __init__(self, name: str, value_dtype: torch.dtype, max_error: float) -> None:
         self.name = name
         self.value_dtype = value_dtype
+        self.max_error = max_error
 
     def wire_bytes(self, numel: int, dtype: torch.dtype) -> int:
         return aligned(4 * blocks_of(numel) + numel)
@@ -201,8 +205,8 @@ def _decompress_into(packed: torch.Tensor, top: torch.Tensor) -> None:
 
 
 FORMATS: dict[str, WireFormat] = {
-    f.name: f for f in (Bfloat16(), BlockQuantized("int8", torch.int8),
-                        BlockQuantized("fp8", torch.float8_e4m3fn), Lossless())
+    f.name: f for f in (Bfloat16(), BlockQuantized("int8", torch.int8, 1 / 254),
+                        BlockQuantized("fp8", torch.float8_e4m3fn, 2.0 ** -4), Lossless())
 }
 NAMES = tuple(FORMATS)
 
