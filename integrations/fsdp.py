@@ -5,7 +5,9 @@
         fully_shard(block, comm="pccl")
     fully_shard(model, comm="pccl")
 
-or, after torch's own ``fully_shard`` calls, ``use_pccl(model)``. FSDP keeps its process group (gloo or
+or, after torch's own ``fully_shard`` calls, ``use_pccl(model)``. ``compression=`` picks a wire format per
+collective for what crosses nodes (``{"all_gather": "int8", "reduce_scatter": "bf16"}``, or one format for
+both; default: exact, or ``PCCL_COMPRESSION``). FSDP keeps its process group (gloo or
 NCCL) for everything else (DTensor, ``clip_grad_norm_``, state-dict gathering); only its parameter
 all-gathers and gradient reduce-scatters go through pccl, on the pccl communicator of that group: the
 default one of ``pccl_torch.init()`` for the world group, or the group's own for a ``pccl`` group.
@@ -27,6 +29,18 @@ from pccl_torch.communicator import Communicator, default_communicator
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, _as_work
 
 COMMS = ("pccl", "default")
+Compression = str | dict[str, str] | None
+"""A format for both collectives, one per collective (``all_gather``, ``reduce_scatter``), or None."""
+
+
+def per_collective(compression: Compression) -> dict[str, str | None]:
+    """``compression`` as {"all_gather": format or None, "reduce_scatter": ...}; unknown keys raise."""
+    if compression is None or isinstance(compression, str):
+        return {"all_gather": compression, "reduce_scatter": compression}
+    unknown = set(compression) - {"all_gather", "reduce_scatter"}
+    if unknown:
+        raise ValueError(f"FSDP compression keys must be 'all_gather' and/or 'reduce_scatter', got {sorted(unknown)}")
+    return {"all_gather": compression.get("all_gather"), "reduce_scatter": compression.get("reduce_scatter")}
 
 
 def communicator_for(group: dist.ProcessGroup) -> Communicator:
@@ -48,46 +62,58 @@ class _Allocating:
 
 
 class PcclAllGather(_Allocating, AllGather):
-    """FSDP2's parameter all-gather through pccl."""
+    """FSDP2's parameter all-gather through pccl (``compression``: its wire format, None: exact)."""
+
+    def __init__(self, compression: str | None = None) -> None:
+        self.compression = compression
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
                  async_op: bool = False) -> dist.Work | None:
         work = api.all_gather_into_tensor(output_tensor, input_tensor, async_op=async_op,
-                                          comm=communicator_for(group))
+                                          comm=communicator_for(group), compression=self.compression)
         return _as_work(work, output_tensor) if async_op else None
 
 
 class PcclReduceScatter(_Allocating, ReduceScatter):
-    """FSDP2's gradient reduce-scatter through pccl (SUM or AVG, as FSDP asks)."""
+    """FSDP2's gradient reduce-scatter through pccl (SUM or AVG, as FSDP asks; ``compression`` as above)."""
+
+    def __init__(self, compression: str | None = None) -> None:
+        self.compression = compression
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
                  op: Any, async_op: bool = False) -> dist.Work | None:
         work = api.reduce_scatter_tensor(output_tensor, input_tensor, op, async_op=async_op,
-                                         comm=communicator_for(group))
+                                         comm=communicator_for(group), compression=self.compression)
         return _as_work(work, output_tensor) if async_op else None
 
 
-def use_pccl(module: torch.nn.Module) -> int:
+def use_pccl(module: torch.nn.Module, compression: Compression = None) -> int:
     """Route the all-gathers and reduce-scatters of every FSDPModule in ``module`` through pccl.
 
     FSDP's setting is per FSDPModule, not recursive, so every one is set. Returns how many were set.
     """
+    formats = per_collective(compression)
     count = 0
     for sub in module.modules():
         if isinstance(sub, FSDPModule):
-            sub.set_custom_all_gather(PcclAllGather())
-            sub.set_custom_reduce_scatter(PcclReduceScatter())
+            sub.set_custom_all_gather(PcclAllGather(formats["all_gather"]))
+            sub.set_custom_reduce_scatter(PcclReduceScatter(formats["reduce_scatter"]))
             count += 1
     if count == 0:
         raise ValueError("use_pccl found no FSDPModule: call torch.distributed.fsdp.fully_shard first")
     return count
 
 
-def fully_shard(module: torch.nn.Module, *args: Any, comm: str = "pccl", **kwargs: Any):
-    """``torch.distributed.fsdp.fully_shard`` plus ``comm="pccl"`` (default) or ``comm="default"``."""
+def fully_shard(module: torch.nn.Module, *args: Any, comm: str = "pccl", compression: Compression = None,
+                **kwargs: Any):
+    """``torch.distributed.fsdp.fully_shard`` plus ``comm="pccl"`` (default) or ``comm="default"``, and
+    with pccl a wire format per collective (``compression``)."""
     if comm not in COMMS:
         raise ValueError(f"comm must be one of {COMMS}, got {comm!r}")
+    if compression is not None and comm != "pccl":
+        raise ValueError("compression needs comm='pccl'")
+    formats = per_collective(compression)
     sharded = _torch_fully_shard(module, *args, **kwargs)
     if comm == "pccl":
-        use_pccl(sharded)
+        use_pccl(sharded, formats)
     return sharded

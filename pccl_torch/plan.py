@@ -10,6 +10,9 @@
 - ``hier-<library>:<name>``: the same with the intra-node library forced: ``mpi``, ``gloo`` (CPU tensors)
   or ``nccl`` (CUDA tensors).
 
+With a wire format (``compression=``, ``PCCL_COMPRESSION``) a plan is named ``<name>+<format>``, for
+example ``hier:mpi+int8``: the compressed schedules carry what crosses nodes (see :attr:`Plan.compression`).
+
 Plans never look at communicators: they run on anything with the :class:`Levels` attributes.
 """
 
@@ -115,12 +118,12 @@ class Plan:
 
     compression: str | None = None
     """The wire format of what crosses nodes (``pccl_torch.compression``; set per call by the API layer):
-    the inter-node phase of a hierarchical plan (a pipelined one runs unpipelined then), every message of
-    a flat one. None: exact."""
+    the inter-node phase of a hierarchical plan, every message of a flat one; the compressed schedules
+    (``compression.schedules``) replace the named one there. None: exact."""
 
     @property
     def pipelined(self) -> bool:
-        return self.schedule is None and self.compression is None
+        return self.schedule is None
 
     def _between(self, collective: Collective) -> Callable[..., None]:
         """The schedule between nodes (hierarchical) or over all ranks (flat)."""
@@ -156,8 +159,10 @@ class Plan:
             self._between("all_reduce")(getattr(levels, self.transport), buf, op)
 
     def compressed(self, fmt: str) -> "Plan":
-        """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures)."""
-        return dataclasses.replace(self, name=f"{self.name}+{fmt}", compression=fmt, chunks=1)
+        """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures). A
+        pipelined plan becomes ``hier:mpi``: compressed phases are not pipelined (yet)."""
+        base = resolve(self.collective, HIER_PREFIX + "mpi") if self.schedule is None else self
+        return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt, chunks=1)
 
 
 def resolve(collective: Collective, name: str) -> Plan:

@@ -4,7 +4,8 @@ Maths (identical in the Triton kernel and the torch reference, so they agree bit
 - A tensor of n elements is cut into blocks of ``QBLOCK`` consecutive elements (the last may be shorter).
   Each block keeps ``absmax`` = max |x| over the block, in float32.
 - Encode: ``y = (x / absmax) * QMAX`` (an IEEE division, then a multiplication; QMAX = 127 for int8, 448
-  for e4m3), then int8: rounded half away from zero; e4m3: rounded to nearest even by torch's cast.
+  for e4m3; |y| <= QMAX exactly), then rounded to nearest even: int8 by ``torch.round`` (the kernel adds
+  and subtracts 1.5 * 2^23, which rounds the same way for |y| < 2^22), e4m3 by torch's cast.
   A block of zeros has absmax 0 and encodes to zeros.
 - Decode: ``x' = (q * absmax) * (1 / QMAX)`` in float32, optionally combined into an accumulator
   (``acc = op(acc, x')`` in float32, float64 for a float64 ``acc``, rounded once: the fused
@@ -55,9 +56,7 @@ if HAS_TRITON:
         absmax = tl.where(finite, tl.max(tl.abs(x), axis=1), float("nan"))
         safe = tl.where(absmax > 0, absmax, 1.0)
         y = tl.math.div_rn(x, safe[:, None]) * 127.0
-        q = tl.floor(tl.abs(y) + 0.5)
-        q = tl.minimum(q, 127.0)
-        q = tl.where(y < 0, -q, q)
+        q = (y + 12582912.0) - 12582912.0  # round to nearest even (1.5 * 2^23)
         q = tl.where(finite[:, None], q, 0.0)
         tl.store(q_ptr + offsets, q.to(tl.int8), mask=mask)
         tl.store(absmax_ptr + rows, absmax, mask=rows * QBLOCK < n)
@@ -118,15 +117,16 @@ def quantize_reference(x: torch.Tensor, q: torch.Tensor, absmax: torch.Tensor) -
     v = _as_blocks(x)
     amax = v.abs().amax(dim=1)
     finite = torch.isfinite(amax)
-    amax = torch.where(finite, amax, torch.full_like(amax, float("nan")))
+    all_finite = bool(finite.all())
+    if not all_finite:
+        amax = torch.where(finite, amax, torch.full_like(amax, float("nan")))
     safe = torch.where(amax > 0, amax, torch.ones_like(amax))
-    y = (v / safe[:, None]) * qmax
+    y = torch.div(v, safe[:, None]).mul_(qmax)
     if q.dtype == torch.int8:
-        y = (y.abs() + 0.5).floor_().clamp_(max=qmax).copysign_(y)
-    else:
-        y = y.clamp_(-qmax, qmax)
-    y = torch.where(finite[:, None], y, torch.zeros_like(y))
-    q.copy_(y.view(-1)[:n].to(q.dtype))
+        y.round_()
+    if not all_finite:
+        y = torch.where(finite[:, None], y, torch.zeros_like(y))
+    q.copy_(y.view(-1)[:n])  # int8: y is integral already; e4m3: torch's cast rounds to nearest even
     absmax.copy_(amax)
 
 
@@ -138,16 +138,19 @@ def dequantize_reference(q: torch.Tensor, absmax: torch.Tensor, out: torch.Tenso
         return
     inv = torch.tensor(1.0 / QMAX[q.dtype], dtype=torch.float32, device=q.device)
     whole = n - n % QBLOCK
-    decoded = torch.empty(n, dtype=torch.float32, device=q.device)
+    direct = accumulate is None and out.dtype == torch.float32  # decode straight into out
+    decoded = out if direct else torch.empty(n, dtype=torch.float32, device=q.device)
     if whole:
         torch.mul(q[:whole].view(-1, QBLOCK).float(), absmax[: whole // QBLOCK, None], out=decoded[:whole].view(-1, QBLOCK))
     if whole < n:
         torch.mul(q[whole:].float(), absmax[-1], out=decoded[whole:])
     decoded.mul_(inv)
+    if direct:
+        return
     if accumulate is None:
         out.copy_(decoded)
-    elif out.dtype == torch.float64:  # a float64 accumulator stays float64
-        _TORCH_BINARY[accumulate](out, decoded.double(), out=out)
+    elif out.dtype in (torch.float32, torch.float64):  # in place; a float64 accumulator stays float64
+        _TORCH_BINARY[accumulate](out, decoded.to(out.dtype), out=out)
     else:
         out.copy_(_TORCH_BINARY[accumulate](out.float(), decoded))
 

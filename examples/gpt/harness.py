@@ -71,6 +71,9 @@ def build_parser(description: str | None) -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="model init and data order (same for every backend)")
     train.add_argument("--eval-batches", type=int, default=8, help="validation batches per rank at the end")
     train.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    train.add_argument("--compression", default="",
+                       help="pccl wire formats between nodes, as PCCL_COMPRESSION: 'bf16', or "
+                            "'all_gather:int8,reduce_scatter:bf16' (default: exact)")
     out = parser.add_argument_group("output")
     out.add_argument("--log-every", type=int, default=10, help="log one step in this many (0: none)")
     out.add_argument("--json", type=Path, help="write steps and summary here (rank 0)")
@@ -79,8 +82,13 @@ def build_parser(description: str | None) -> argparse.ArgumentParser:
 
 
 def setup(args: argparse.Namespace) -> None:
-    """Threads and logging (rank 0 logs steps, other ranks only warnings)."""
+    """Threads, logging (rank 0 logs steps, other ranks only warnings) and pccl's wire formats."""
     torch.set_num_threads(args.threads)
+    if args.compression:
+        from pccl_torch.compression.config import COMPRESSION_ENV, env_formats
+
+        os.environ[COMPRESSION_ENV] = args.compression
+        env_formats()  # a malformed value fails here, before any process group exists
     rank = MPI.COMM_WORLD.Get_rank()
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s",
                         force=True)
