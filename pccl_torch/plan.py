@@ -131,8 +131,18 @@ class Plan:
             return functools.partial(getattr(compressed, collective), compression.get(self.compression))
         return self.schedule.fn
 
+    def _forwarding(self, dtype: torch.dtype) -> compression.WireFormat | None:
+        """The format of a compressed hierarchical plan whose encoded bytes can be forwarded inside the
+        node (fixed-size formats), else None."""
+        if self.compression is None or not self.hierarchical:
+            return None
+        fmt = compression.get(self.compression)
+        return fmt if fmt.wire_bytes(1, dtype) is not None else None
+
     def run_all_gather(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor) -> None:
-        if self.pipelined:
+        if (fmt := self._forwarding(inp.dtype)) is not None:
+            compressed.hierarchical_all_gather(fmt, levels.intra_level(self.intra), levels.inter, out, inp)
+        elif self.pipelined:
             pipelined.all_gather(levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
         elif self.hierarchical:
             hierarchical.all_gather(levels.intra_level(self.intra), levels.inter, self._between("all_gather"), out, inp)
@@ -151,7 +161,9 @@ class Plan:
             self._between("reduce_scatter")(t, inp, out, Blocks.even(t.size, out.numel()), op)
 
     def run_all_reduce(self, levels: Levels, buf: torch.Tensor, op: ReduceOp) -> None:
-        if self.pipelined:
+        if (fmt := self._forwarding(buf.dtype)) is not None:
+            compressed.hierarchical_all_reduce(fmt, levels.intra_level(self.intra), levels.inter, buf, op)
+        elif self.pipelined:
             pipelined.all_reduce(levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
         elif self.hierarchical:
             hierarchical.all_reduce(levels.intra_level(self.intra), levels.inter, self._between("all_reduce"), buf, op)

@@ -2,7 +2,7 @@
 
 | format | bytes per element (float32 input) | error | applies to |
 |---|---|---|---|
-| ``bf16`` | 2 | round to nearest even to 8 mantissa bits (rel. 2^-9) | float32, float64 |
+| ``bf16`` | 2 | round to nearest even to 8 significant bits (rel. 2^-8) | float32, float64 |
 | ``int8`` | 1 + 4 per 256 (a float32 absmax per block) | <= absmax / 254 per element | every float dtype |
 | ``fp8`` | 1 + 4 per 256 | e4m3 of x / absmax * 448 (rel. 2^-4) | every float dtype |
 | ``lossless`` | 4 - (what zstd saves on the top byte) | none: bit-exact | every float dtype |
@@ -84,7 +84,7 @@ class Bfloat16(WireFormat):
 
     name = "bf16"
     dtypes = (torch.float32, torch.float64)
-    max_error = 2.0 ** -9
+    max_error = 2.0 ** -8
 
     def wire_bytes(self, numel: int, dtype: torch.dtype) -> int:
         return 2 * numel

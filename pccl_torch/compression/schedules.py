@@ -38,8 +38,8 @@ def _sizes(t: Transport, nbytes: int) -> list[int]:
     return every.tolist()
 
 
-def all_gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> list[torch.Tensor]:
-    """Every rank's wire bytes in rank order (views into one receive buffer)."""
+def gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> tuple[torch.Tensor, int]:
+    """Every rank's wire bytes in rank order, end to end in one buffer, and the width of each."""
     if fixed is None:  # variable size: pad everyone's to the largest
         width = aligned(max(_sizes(t, wire.numel())))
         padded = torch.zeros(width, dtype=torch.uint8, device=wire.device)
@@ -49,6 +49,12 @@ def all_gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> lis
         width = fixed
     gathered = torch.empty(t.size * width, dtype=torch.uint8, device=wire.device)
     t.native_all_gather(gathered, wire)
+    return gathered, width
+
+
+def all_gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> list[torch.Tensor]:
+    """Every rank's wire bytes in rank order (views into one receive buffer)."""
+    gathered, width = gather_wires(t, wire, fixed)
     return [gathered[i * width:(i + 1) * width] for i in range(t.size)]
 
 
@@ -123,5 +129,63 @@ def all_reduce(fmt: WireFormat, t: Transport, buf: torch.Tensor, op: ReduceOp) -
     shard = torch.empty(shard_len, dtype=buf.dtype, device=buf.device)
     reduce_scatter(fmt, t, padded, shard, layout, op)
     all_gather(fmt, t, padded, shard, layout)
+    if padded is not buf:
+        buf.copy_(padded[:n])
+
+
+# Two-level forms for the fixed-size formats: the encoded bytes that crossed nodes are forwarded inside the
+# node as they are (L x fewer bytes there than decoded floats) and decoded once, straight into their final
+# place, which also replaces the unpack pass. The values are those of the inter-node schedules above
+# followed by an exact intra-node all-gather: the same bytes are decoded by the same code.
+
+
+def _decode_node_major(fmt: WireFormat, wires: torch.Tensor, width: int, local: int, nodes: int,
+                       out: torch.Tensor, n: int, node_major_out: bool) -> None:
+    """``wires`` holds ``local x nodes`` messages (local rank l, node j); decode each into block
+    ``j * local + l`` (global rank order) or ``l * nodes + j`` of ``out`` (blocks of ``n``)."""
+    for l in range(local):
+        for j in range(nodes):
+            k = (l * nodes + j)
+            target = (j * local + l) if node_major_out else k
+            fmt.decode(wires[k * width:(k + 1) * width], out[target * n:(target + 1) * n])
+
+
+def hierarchical_all_gather(fmt: WireFormat, intra: Transport, inter: Transport, out: torch.Tensor,
+                            inp: torch.Tensor) -> None:
+    """Encode this rank's block; all-gather the bytes between nodes, then inside the node; decode every
+    block into its global-rank place."""
+    nodes, local, n = inter.size, intra.size, inp.numel()
+    width = fmt.wire_bytes(n, inp.dtype)
+    assert width is not None, "fixed-size formats only"
+    if n == 0:
+        return
+    from_nodes, _ = gather_wires(inter, fmt.encode(inp), width)
+    everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=inp.device)
+    intra.native_all_gather(everyone, from_nodes)
+    _decode_node_major(fmt, everyone, width, local, nodes, out, n, node_major_out=True)
+
+
+def hierarchical_all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.Tensor,
+                            op: ReduceOp) -> None:
+    """Exact reduce-scatter inside the node; compressed reduce-scatter between nodes; the reduced piece
+    encoded once, all-gathered between nodes and inside the node as bytes, and decoded by every rank."""
+    local, nodes, n = intra.size, inter.size, buf.numel()
+    if n == 0:
+        return
+    sub = -(-n // (local * nodes))  # each rank's finished piece; a shard is nodes pieces
+    width = fmt.wire_bytes(sub, buf.dtype)
+    assert width is not None, "fixed-size formats only"
+    total = sub * nodes * local
+    padded = buf if total == n else torch.zeros(total, dtype=buf.dtype, device=buf.device)
+    if padded is not buf:
+        padded[:n].copy_(buf)
+    shard = torch.empty(sub * nodes, dtype=buf.dtype, device=buf.device)
+    intra.native_reduce_scatter(shard, padded, op)
+    piece = torch.empty(sub, dtype=buf.dtype, device=buf.device)
+    reduce_scatter(fmt, inter, shard, piece, Blocks.even(nodes, sub), op)
+    from_nodes, _ = gather_wires(inter, fmt.encode(piece), width)
+    everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=buf.device)
+    intra.native_all_gather(everyone, from_nodes)
+    _decode_node_major(fmt, everyone, width, local, nodes, padded, sub, node_major_out=False)
     if padded is not buf:
         buf.copy_(padded[:n])

@@ -57,7 +57,7 @@ TOLERANCE = {
 
 
 # (rtol, atol per rank) of a compressed reduction of ~N(0,1) values (|x| <= ~4.5), per wire format: bf16
-# rounds each contribution to 8 bits (2^-9 relative), int8 to half a step of absmax / 127 of its block of
+# rounds each contribution to 8 significant bits (2^-8 relative), int8 to half a step of absmax / 127 of its block of
 # 256, fp8 (e4m3) to 2^-4 relative; lossless adds nothing to the dtype's own rounding.
 COMPRESSED_TOLERANCE = {"bf16": (1e-2, 1e-2), "int8": (1e-2, 2e-2), "fp8": (7e-2, 7e-2)}
 

@@ -227,3 +227,51 @@ def test_lossless_all_reduce_equals_the_ordered_float32_sum() -> None:
 def _all_reduced(fmt, t, buf: torch.Tensor) -> torch.Tensor:
     schedules.all_reduce(fmt, t, buf, ReduceOp.SUM)
     return buf
+
+
+# --- two-level forms (encoded bytes forwarded inside the node) --------------------------------------------
+
+GRIDS = [(1, 1), (1, 3), (3, 1), (2, 2), (3, 2), (2, 3)]
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("name", ["bf16", "int8", "fp8"])
+def test_hierarchical_compressed_all_gather_decodes_every_block_in_global_order(nodes: int, local: int, name: str) -> None:
+    from tests.unit.test_hierarchical import run_grid
+
+    p, fmt = nodes * local, get(name)
+    for n in (0, 1, 300):
+        inputs = [values(n, torch.float32, 5 * p + g + n) for g in range(p)]
+        expected = torch.cat([round_trip(fmt, x) for x in inputs])
+
+        def fn(intra_t, inter_t, g, n=n, inputs=inputs):
+            out = torch.full((p * n,), 7.0)
+            schedules.hierarchical_all_gather(fmt, intra_t, inter_t, out, inputs[g].clone())
+            return out
+
+        for out in run_grid(nodes, local, fn):
+            assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("name", ["bf16", "int8", "fp8"])
+def test_hierarchical_compressed_all_reduce_is_identical_everywhere_and_close(nodes: int, local: int,
+                                                                              name: str) -> None:
+    from tests.unit.test_hierarchical import run_grid
+
+    p, fmt = nodes * local, get(name)
+    tolerance = {"bf16": 2 ** -7, "int8": 2 / 127, "fp8": 2 ** -3}[name]
+    for n in (1, 5, 1000, 2053):
+        inputs = [values(n, torch.float32, 3 * p + g + n) for g in range(p)]
+
+        def fn(intra_t, inter_t, g, inputs=inputs):
+            buf = inputs[g].clone()
+            schedules.hierarchical_all_reduce(fmt, intra_t, inter_t, buf, ReduceOp.SUM)
+            return buf
+
+        results = run_grid(nodes, local, fn)
+        for out in results[1:]:
+            assert torch.equal(out, results[0])
+        exact = torch.stack([x.double() for x in inputs]).sum(0)
+        scale = torch.stack([x.double().abs() for x in inputs]).sum(0).max()
+        assert (results[0].double() - exact).abs().max() <= tolerance * scale
