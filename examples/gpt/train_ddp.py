@@ -6,6 +6,8 @@
 --comm pccl       torch.distributed's default group is a ``pccl`` process group; DDP all-reduces on it
 --comm pccl-hook  the default group stays gloo; pccl's DDP comm hook all-reduces the gradients
 --comm gloo       plain gloo (through torch's stock all-reduce hook, so its all-reduces can be timed)
+--comm gloo-bf16  gloo with torch's ``bf16_compress_hook`` (the bucket cast to bfloat16 and summed in
+                  bfloat16): the stock counterpart of ``--comm pccl-hook --compression all_reduce:bf16``
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import harness
 import pccl_torch as pc
 from pccl_torch.integrations.ddp import allreduce_hook
 
-COMMS = ("pccl", "pccl-hook", "gloo")
+COMMS = ("pccl", "pccl-hook", "gloo", "gloo-bf16")
 
 
 def wrap(model: torch.nn.Module, comm: str) -> DDP:
@@ -34,7 +36,8 @@ def wrap(model: torch.nn.Module, comm: str) -> DDP:
         return ddp
     pc.init_process_group("gloo")
     ddp = DDP(model)
-    ddp.register_comm_hook(dist.group.WORLD, default_hooks.allreduce_hook)
+    hook = default_hooks.bf16_compress_hook if comm == "gloo-bf16" else default_hooks.allreduce_hook
+    ddp.register_comm_hook(dist.group.WORLD, hook)
     return ddp
 
 
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> float:
         return model(x, y)[1].item()  # the unwrapped module: no collectives
 
-    with harness.comm_meter(args.comm != "gloo") as meter:
+    with harness.comm_meter(args.comm.startswith("pccl")) as meter:
         result = harness.train(args, step, evaluate, meter, framework="ddp", comm=args.comm,
                                params=model.num_params())
     harness.write_outputs(args, result)

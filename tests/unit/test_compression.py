@@ -275,3 +275,24 @@ def test_hierarchical_compressed_all_reduce_is_identical_everywhere_and_close(no
         exact = torch.stack([x.double() for x in inputs]).sum(0)
         scale = torch.stack([x.double().abs() for x in inputs]).sum(0).max()
         assert (results[0].double() - exact).abs().max() <= tolerance * scale
+
+
+# --- framework adapters ------------------------------------------------------------------------------------
+
+
+def test_fsdp_compression_per_collective() -> None:
+    from pccl_torch.integrations.fsdp import per_collective
+
+    assert per_collective(None) == {"all_gather": None, "reduce_scatter": None}
+    assert per_collective("bf16") == {"all_gather": "bf16", "reduce_scatter": "bf16"}
+    assert per_collective({"all_gather": "int8"}) == {"all_gather": "int8", "reduce_scatter": None}
+    with pytest.raises(ValueError, match="'all_gather' and/or 'reduce_scatter'.*all_reduce"):
+        per_collective({"all_reduce": "bf16"})
+
+
+def test_ddp_compressed_hook_checks_its_format_when_made() -> None:
+    from pccl_torch.integrations.ddp import compressed_allreduce_hook
+
+    assert compressed_allreduce_hook("bf16").keywords == {"compression": "bf16"}
+    with pytest.raises(ValueError, match="unknown compression 'bf12'"):
+        compressed_allreduce_hook("bf12")
