@@ -39,6 +39,8 @@ if HAS_TRITON:
     import triton
     import triton.language as tl
 
+    from pccl_torch.triton_kernels.reduce import _combine
+
     @triton.jit
     def _quantize_int8_kernel(
         x_ptr,  # *T: input, n elements
@@ -80,15 +82,7 @@ if HAS_TRITON:
         q = tl.load(q_ptr + offsets, mask=mask, other=0).to(tl.float32)
         value = q * absmax[:, None] * inv_qmax
         if ACCUMULATE:
-            acc = tl.load(out_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-            if OP == 0:
-                value = acc + value
-            elif OP == 1:
-                value = acc * value
-            elif OP == 2:
-                value = tl.minimum(acc, value, propagate_nan=tl.PropagateNan.ALL)
-            else:
-                value = tl.maximum(acc, value, propagate_nan=tl.PropagateNan.ALL)
+            value = _combine(tl.load(out_ptr + offsets, mask=mask, other=0.0).to(tl.float32), value, OP)
         tl.store(out_ptr + offsets, value.to(out_ptr.dtype.element_ty), mask=mask)
 
 
