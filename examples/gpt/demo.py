@@ -3,9 +3,13 @@ each with gloo and with pccl, then print a side-by-side table and write a loss a
 
     python examples/gpt/demo.py                          # all three frameworks: ~2.5 min on 2 cores
     python examples/gpt/demo.py --frameworks deepspeed   # the headline only: ~1 min
+    python examples/gpt/demo.py --testbed 1gbit,200mbit --compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16
 
 Every run is the ordinary training script under ``mpiexec`` (the same seed, so the loss curves of the
-two backends coincide); the demo collects their ``--json`` output into ``--out``.
+two backends coincide); the demo collects their ``--json`` output into ``--out``. With ``--testbed RATES``
+(root: network namespaces) the nodes are testbed namespaces joined by links shaped to each rate in turn,
+brought up for the runs and always torn down; ``--compression SPEC`` adds a pccl run with those wire formats
+(``pccl+c`` in the table).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from report import comparison_table, plot_runs
+
+from pccl_torch.testbed import launch as testbed_launch
+from pccl_torch.testbed import net as testbed_net
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -61,18 +68,31 @@ def environment(local_size: int) -> dict[str, str]:
     return env
 
 
-def run(framework: str, comm: str, args: argparse.Namespace) -> dict:
-    """One training run under mpiexec; echoes its step lines, keeps the rest in ``<out>/<name>.log``."""
+COMPRESSED = "pccl+c"
+"""The label of the pccl run with ``--compression``."""
+
+
+def run(framework: str, comm: str, args: argparse.Namespace, testbed: testbed_net.TestbedConfig | None = None,
+        tag: str = "") -> dict:
+    """One training run under mpiexec (in the testbed's namespaces with ``testbed``); echoes its step lines,
+    keeps the rest in ``<out>/<name>.log``."""
     script = SCRIPTS[framework]
-    name = f"{framework}-{comm}"
+    name = f"{framework}-{comm}{tag}"
     out_json, out_log = args.out / f"{name}.json", args.out / f"{name}.log"
     steps = args.steps or script.steps
-    command = [mpiexec(), "-n", str(args.ranks), sys.executable, str(HERE / script.file), script.comm_flag, comm,
-               "--steps", str(steps), "--log-every", str(max(1, steps // 4)), "--json", str(out_json)]
-    print(f"\n== {name}: {' '.join(command[3:])}", flush=True)
+    program = [sys.executable, str(HERE / script.file), script.comm_flag, "pccl" if comm == COMPRESSED else comm,
+               "--steps", str(steps), "--log-every", str(max(1, steps // 4)), "--json", str(out_json),
+               *args.model, *(["--compression", args.compression] if comm == COMPRESSED else [])]
+    env = environment(args.local_size)
+    if testbed is None:
+        command = [mpiexec(), "-n", str(args.ranks), *program]
+    else:
+        command = testbed_launch.mpiexec_command(testbed, program, nprocs=args.ranks, per_node=args.local_size)
+        env = testbed_launch.run_environment(testbed, env)
+    print(f"\n== {name}: {' '.join(program[1:])}", flush=True)
     started = time.perf_counter()
     with out_log.open("w") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, env=environment(args.local_size), stdout=subprocess.PIPE,
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
             log.write(line)
@@ -83,6 +103,7 @@ def run(framework: str, comm: str, args: argparse.Namespace) -> dict:
         tail = "".join(out_log.read_text().splitlines(keepends=True)[-30:])
         raise SystemExit(f"{name} failed (exit {code}); the end of {out_log}:\n{tail}")
     result = json.loads(out_json.read_text())
+    result["comm"] = comm
     training = sum(s["seconds"] for s in result["steps"])
     print(f"  ({time.perf_counter() - started:.0f} s, of which {training:.0f} s training steps)", flush=True)
     return result
@@ -97,19 +118,46 @@ def main() -> None:
     parser.add_argument("--local-size", type=int, default=2, help="ranks per emulated node (PCCL_LOCAL_SIZE)")
     parser.add_argument("--steps", type=int, help="steps of every run (default: 50 DeepSpeed, 40 FSDP2 and DDP)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpt", help="JSON, logs and the plot")
+    parser.add_argument("--compression", help="also run pccl with these wire formats (PCCL_COMPRESSION syntax)")
+    parser.add_argument("--testbed", metavar="RATES",
+                        help="run across testbed namespaces (root), once per link rate (comma list: 1gbit,200mbit)")
+    parser.add_argument("--n-layer", type=int, help="model layers (the scripts' default otherwise)")
+    parser.add_argument("--n-embd", type=int, help="model width (the scripts' default otherwise)")
     args = parser.parse_args()
     frameworks, comms = args.frameworks.split(","), args.comms.split(",")
     if unknown := set(frameworks) - set(SCRIPTS):
         parser.error(f"unknown frameworks {sorted(unknown)}; choose from {', '.join(SCRIPTS)}")
+    if args.compression:
+        comms.append(COMPRESSED)
+    args.model = [f for flag, value in (("--n-layer", args.n_layer), ("--n-embd", args.n_embd)) if value
+                  for f in (flag, str(value))]
     args.out.mkdir(parents=True, exist_ok=True)
 
     started = time.perf_counter()
-    runs = [run(framework, comm, args) for framework in frameworks for comm in comms]
-    plot = args.out / "demo.png"
-    plot_runs(runs, plot)
-    print("\n" + comparison_table(runs, baseline=comms[0]))
-    print(f"\nplot: {plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot}; "
-          f"runs: {args.out}/*.json; total {time.perf_counter() - started:.0f} s")
+    settings: list[tuple[str, testbed_net.TestbedConfig | None]] = [("", None)]
+    if args.testbed:
+        settings = [(f"-{rate}", testbed_net.TestbedConfig(nodes=args.ranks // args.local_size, rate=rate,
+                                                           prefix="pccldemo", subnet="10.78.0.0/24"))
+                    for rate in args.testbed.split(",")]
+    for tag, testbed in settings:
+        try:
+            if testbed is not None:
+                testbed_net.down(testbed.prefix)
+                testbed_net.up(testbed)
+            runs = [run(framework, comm, args, testbed, tag) for framework in frameworks for comm in comms]
+        except testbed_net.TestbedError as exc:
+            raise SystemExit(f"demo: the testbed cannot run here: {exc}") from exc
+        finally:
+            if testbed is not None:
+                testbed_net.down(testbed.prefix)
+        plot = args.out / f"demo{tag}.png"
+        plot_runs(runs, plot)
+        where = (f"testbed: {args.ranks // args.local_size} namespaces x {args.local_size} ranks, links "
+                 f"{testbed.rate}" if testbed else None)
+        print("\n" + comparison_table(runs, baseline=comms[0], where=where))
+        print(f"\nplot: {plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot}; "
+              f"runs: {args.out}/*{tag}.json")
+    print(f"total {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

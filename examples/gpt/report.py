@@ -36,12 +36,13 @@ def speedup_row(baseline: Run, run: Run) -> str:
             f"comm {comm:.2f}x")
 
 
-def comparison_table(runs: list[Run], baseline: str = "gloo") -> str:
-    """One row per run, grouped by framework, each group closed by the speed-up over ``baseline``."""
+def comparison_table(runs: list[Run], baseline: str = "gloo", where: str | None = None) -> str:
+    """One row per run, grouped by framework, each group closed by the speed-up over ``baseline``;
+    ``where`` describes the nodes (default: emulated on one machine)."""
     first = runs[0]
+    where = where or f"{first['world_size'] // first['local_size']} emulated nodes x {first['local_size']}"
     lines = [
-        f"GPT, {first['params']:,} parameters, {first['world_size']} CPU ranks = "
-        f"{first['world_size'] // first['local_size']} emulated nodes x {first['local_size']}, "
+        f"GPT, {first['params']:,} parameters, {first['world_size']} CPU ranks = {where}, "
         f"{first['tokens_per_step']:,} tokens a step.",
         "Times: medians over steps 3..N (step: slowest rank; collectives: calls a step x time a call, mean over "
         "ranks); loss: first step -> mean of the last 10 steps; val: held-out 10% of the corpus",

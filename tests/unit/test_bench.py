@@ -39,14 +39,32 @@ def test_backend_lists() -> None:
         validate_backends("pccl:bruck", ("all_reduce",))
 
 
+def test_compressed_backends() -> None:
+    import torch
+
+    parsed = parse_backends("pccl+int8,pccl:hier:mpi+bf16,mpi", "all_reduce")
+    assert parsed == [Backend("pccl", None, "int8"), Backend("pccl", "hier:mpi", "bf16"), Backend("mpi")]
+    assert [b.label for b in parsed] == ["pccl+int8", "pccl:hier:mpi+bf16", "mpi"]
+    assert not parsed[0].auto and Backend("pccl").auto
+    # bf16 does not apply to bfloat16: left out when skipping foreign entries, an error otherwise
+    assert parse_backends("pccl,pccl+bf16", "all_gather", skip_foreign=True, dtype=torch.bfloat16) == [Backend("pccl")]
+    with pytest.raises(TypeError, match="'bf16' does not apply"):
+        parse_backends("pccl+bf16", "all_gather", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="unknown compression 'zip'"):
+        validate_backends("pccl+zip", ("all_reduce",))
+    with pytest.raises(ValueError, match="only pccl compresses"):
+        parse_backends("gloo+bf16", "all_reduce")
+
+
 def test_bus_bandwidth_factors_follow_nccl_tests() -> None:
     assert bus_factor("all_reduce", 4) == pytest.approx(1.5)
     assert bus_factor("all_gather", 4) == pytest.approx(0.75)
     assert bus_factor("reduce_scatter", 1) == 0
 
 
-def _row(backend: str, algorithm: str, time_us: float, auto: bool = False) -> dict:
+def _row(backend: str, algorithm: str, time_us: float, auto: bool = False, compression: str | None = None) -> dict:
     return {"collective": "all_reduce", "backend": backend, "algorithm": algorithm, "auto": auto,
+            "compression": compression,
             "size_bytes": 4096, "count": 1024, "dtype": "float32", "time_us": time_us, "algbw_gbps": 1.0,
             "busbw_gbps": 1.5, "wrong": 0, "ranks": 4, "local_size": 2, "nodes": 2, "iters": 5, "warmup": 1,
             "hostname": "h", "versions": {"torch": "2.13.0"}}
@@ -54,16 +72,19 @@ def _row(backend: str, algorithm: str, time_us: float, auto: bool = False) -> di
 
 def test_ratios_table_json_and_plot(tmp_path) -> None:
     rows = [_row("pccl", "ring", 50.0), _row("pccl", "hier:ring", 200.0, auto=True),
-            _row("gloo", "native", 100.0), _row("mpi", "native", 80.0)]
+            _row("gloo", "native", 100.0), _row("mpi", "native", 80.0),
+            _row("pccl", "hier:mpi", 125.0, compression="int8")]
     add_ratios(rows)
     assert rows[0]["vs_best_baseline"] == pytest.approx(80 / 50)
     assert rows[1]["vs_best_baseline"] == pytest.approx(80 / 200)
     assert rows[2]["vs_best_baseline"] is None
+    assert rows[4]["vs_exact"] == pytest.approx(200 / 125) and rows[0]["vs_exact"] is None
     table = format_table(rows)
     assert "hier:ring (auto)" in table and "1.60" in table and "Out of bounds values : 0 OK" in table
+    assert "hier:mpi+int8" in table and "vs-exact 1.60" in table and "pccl+int8" in table
     path = tmp_path / "rows.json"
     write_json(rows, path)
     loaded = json.loads(path.read_text())
-    assert [sorted(r) for r in loaded] == [sorted(JSON_FIELDS)] * 4
+    assert [sorted(r) for r in loaded] == [sorted(JSON_FIELDS)] * 5
     plot(rows, tmp_path / "busbw.png")
     assert (tmp_path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
