@@ -377,7 +377,15 @@ def write_outputs(args: argparse.Namespace, result: RunResult) -> None:
 
 
 def _local_size() -> int:
-    return int(os.environ.get("PCCL_LOCAL_SIZE", MPI.COMM_WORLD.Get_size()))
+    """Ranks per node: PCCL_LOCAL_SIZE's emulated nodes, else MPI's shared-memory domains (the testbed's
+    namespaces, or real hosts). Collective over COMM_WORLD."""
+    if "PCCL_LOCAL_SIZE" in os.environ:
+        return int(os.environ["PCCL_LOCAL_SIZE"])
+    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.Get_size()
+    finally:
+        node.Free()
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
