@@ -14,11 +14,10 @@ once, and sums run in float32; the result is bitwise identical on every rank.
 
 import functools
 
-
 import torch
 import torch.distributed as dist
 
-from pccl_torch import api
+from pccl_torch import api, compression as wire_formats
 from pccl_torch.communicator import Communicator, default_communicator
 from pccl_torch.ops import ReduceOp
 
@@ -33,7 +32,5 @@ def allreduce_hook(state: object, bucket: dist.GradBucket, compression: str | No
 
 def compressed_allreduce_hook(compression: str):
     """:func:`allreduce_hook` with ``compression`` on the wire between nodes (the format is checked now)."""
-    from pccl_torch.compression import get
-
-    get(compression)
+    wire_formats.get(compression)
     return functools.partial(allreduce_hook, compression=compression)

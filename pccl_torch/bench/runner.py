@@ -89,16 +89,10 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
     def pattern(numel: int, who: int) -> torch.Tensor:
         return ((torch.arange(numel) + 3 * who) % modulus).to(dtype)
 
-    def delivered(x: torch.Tensor) -> torch.Tensor:
-        if fmt is None:
-            return x
-        out = torch.empty_like(x)
-        fmt.decode(fmt.encode(x), out)
-        return out
-
     if collective == "all_gather":
         bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
-        expected = torch.cat([delivered(pattern(bufs.inp.numel(), r)) for r in range(ranks)])
+        blocks = [pattern(bufs.inp.numel(), r) for r in range(ranks)]
+        expected = torch.cat([fmt.round_trip(b) for b in blocks] if fmt else blocks)
     elif collective == "reduce_scatter":
         bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
         block = bufs.out.numel()

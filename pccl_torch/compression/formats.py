@@ -69,6 +69,12 @@ class WireFormat(abc.ABC):
         """Write the values ``wire`` encodes into ``out`` (flat, of the encoded tensor's numel; of its dtype or
         a wider float one, such as the float32 accumulator of a reduction)."""
 
+    def round_trip(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as the other ranks receive it: encoded, then decoded into a new tensor like ``x``."""
+        out = torch.empty_like(x)
+        self.decode(self.encode(x), out)
+        return out
+
     def decode_accumulate(self, wire: torch.Tensor, acc: torch.Tensor, op: ReduceOp) -> None:
         """``acc = op(acc, decoded)`` in ``acc``'s dtype (the accumulator a compressed reduction keeps)."""
         decoded = torch.empty_like(acc)

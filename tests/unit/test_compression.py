@@ -26,12 +26,6 @@ def values(n: int, dtype: torch.dtype, seed: int, special: bool = False) -> torc
     return x
 
 
-def round_trip(fmt, x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    fmt.decode(fmt.encode(x), out)
-    return out
-
-
 def formats_for(dtype: torch.dtype) -> list[str]:
     return [name for name, fmt in FORMATS.items() if fmt.applies_to(dtype)]
 
@@ -80,7 +74,7 @@ def test_lossless_rejects_truncated_wire() -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_bf16_is_round_to_nearest_even(dtype: torch.dtype) -> None:
     x = values(1000, dtype, 3, special=True)
-    got = round_trip(get("bf16"), x)
+    got = get("bf16").round_trip(x)
     expected = x.to(torch.bfloat16).to(dtype)
     assert torch.equal(got.isnan(), expected.isnan())
     assert torch.equal(got[~got.isnan()], expected[~expected.isnan()])
@@ -90,7 +84,7 @@ def test_bf16_is_round_to_nearest_even(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_block_quantized_error_is_bounded(name: str, dtype: torch.dtype) -> None:
     x = values(3000, dtype, 4)
-    got = round_trip(get(name), x).double()
+    got = get(name).round_trip(x).double()
     blocks = x.double().view(-1)[: 3000 - 3000 % 256].view(-1, 256).abs().amax(1)
     amax = torch.cat([blocks, x.double()[-(3000 % 256):].abs().amax()[None]]).repeat_interleave(256)[:3000]
     step = amax / 254 if name == "int8" else x.double().abs() / 16 + amax / 448 * 2 ** -9
@@ -146,7 +140,7 @@ def test_compressed_all_gather_gives_every_rank_the_same_decoded_blocks(p: int, 
     fmt, world = get(name), ThreadedWorld(p)
     for n in (0, 1, 300, 1031):
         inputs = [values(n, dtype, 10 * p + r + n) for r in range(p)]
-        expected = torch.cat([round_trip(fmt, x) for x in inputs])
+        expected = torch.cat([fmt.round_trip(x) for x in inputs])
 
         def rank_fn(t, n=n, inputs=inputs):
             out = torch.full((p * n,), 7.0, dtype=dtype)
@@ -242,7 +236,7 @@ def test_hierarchical_compressed_all_gather_decodes_every_block_in_global_order(
     p, fmt = nodes * local, get(name)
     for n in (0, 1, 300):
         inputs = [values(n, torch.float32, 5 * p + g + n) for g in range(p)]
-        expected = torch.cat([round_trip(fmt, x) for x in inputs])
+        expected = torch.cat([fmt.round_trip(x) for x in inputs])
 
         def fn(intra_t, inter_t, g, n=n, inputs=inputs):
             out = torch.full((p * n,), 7.0)
