@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +18,27 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOCAL_SIZE_ENV = "PCCL_LOCAL_SIZE"
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; the machine's count where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _kernel_id() -> str:
+    """What identifies the kernel, hence the CPUs, this process runs on: the boot id, shared by every
+    network namespace of one machine (testbed nodes) and different on every other machine."""
+    try:
+        with open(_BOOT_ID) as f:
+            return f.read().strip()
+    except OSError:
+        import socket
+
+        return socket.gethostname()
 
 
 class TopologyError(RuntimeError):
@@ -37,6 +58,11 @@ class Topology:
     hosts: int = 1
     """Shared-memory domains the ranks span (MPI's ``COMM_TYPE_SHARED`` split): 1 when every rank shares
     one machine's memory, as with nodes emulated by ``PCCL_LOCAL_SIZE``, where the hierarchy cannot pay."""
+    cpu_ranks: int = 1
+    """Ranks running on this rank's CPUs (the same kernel): with testbed namespaces or emulated nodes, all of
+    the machine's ranks, whatever node they stand for."""
+    cores: int = field(default_factory=usable_cores)
+    """CPU cores this process may run on."""
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -69,6 +95,12 @@ class Topology:
     def networked(self) -> bool:
         """True when the nodes are joined by a network (several shared-memory domains), not by memory."""
         return self.hosts > 1
+
+    @property
+    def cores_per_rank(self) -> float:
+        """This machine's cores over the ranks running on them: below 1, ranks that wait by spinning take
+        the CPU from the ranks they wait for."""
+        return self.cores / self.cpu_ranks
 
     @property
     def is_hierarchical(self) -> bool:
@@ -114,17 +146,18 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
         detected = node_comm.Get_size()
     finally:
         node_comm.Free()
-    placements = comm.allgather((node_leader, detected))
+    kernel = _kernel_id()
+    everywhere = comm.allgather((node_leader, detected, kernel))
+    placements = [(leader, count) for leader, count, _ in everywhere]
     hosts = len({leader for leader, _ in placements})
+    cpu_ranks = sum(1 for _, _, k in everywhere if k == kernel)
     chosen = local_size if local_size is not None else local_size_override()
-    if chosen is not None:
-        return Topology(rank, size, chosen, hosts)
-    problem = _placement_problem(placements)
-    if problem is not None:
-        if rank == 0:
+    if chosen is None:
+        problem = _placement_problem(placements)
+        if problem is not None and rank == 0:
             log.warning("pccl: %s; running the flat algorithms (one rank a node)", problem)
-        return Topology(rank, size, 1, hosts)
-    return Topology(rank, size, detected, hosts)
+        chosen = 1 if problem is not None else detected
+    return Topology(rank, size, chosen, hosts, cpu_ranks)
 
 
 def _placement_problem(placements: list[tuple[int, int]]) -> str | None:

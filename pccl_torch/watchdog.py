@@ -1,4 +1,4 @@
-"""The watchdog of blocking MPI calls (``PCCL_WAIT=blocking``, the default).
+"""The watchdog of blocking MPI calls (``PCCL_WAIT=blocking``; ``auto``, the default, where every rank has a core).
 
 MPI's blocking collectives are the fastest way to run a small collective (MPICH's ``MPI_Allgather`` of
 1-16 KiB took 90-120 us on the 4-rank testbed where the non-blocking ``MPI_Iallgather`` polled to completion

@@ -2,7 +2,8 @@
 
 Asynchronous calls (``async_op=True``) are queued on one worker thread per communicator, so every rank
 runs its collectives in the order it issued them (what MPI and NCCL require). A blocking call first
-waits for the queued ones, then runs in the caller's thread without a thread hop.
+waits for the queued ones, then runs in the caller's thread without a thread hop. An inline executor runs
+every call at once in the caller's thread and hands back a completed future (``PCCL_ASYNC=inline``).
 """
 
 from __future__ import annotations
@@ -65,15 +66,25 @@ class Work:
 
 
 class OrderedExecutor:
-    """Runs submitted calls one at a time, in submission order, on a lazily started worker thread."""
+    """Runs submitted calls one at a time, in submission order, on a lazily started worker thread, or
+    (``inline``) at once in the submitting thread."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, inline: bool = False) -> None:
         self._name = name
+        self.inline = inline
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._last: concurrent.futures.Future[Any] | None = None
         self._lock = threading.Lock()
 
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Queue ``fn``; its future holds the result or the error (inline: already done on return)."""
+        if self.inline:
+            done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            try:
+                done.set_result(fn())
+            except Exception as exc:  # the Work handle re-raises it, as with the worker thread
+                done.set_exception(exc)
+            return done
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=self._name)

@@ -238,6 +238,9 @@ class StepRecord:
     """Slowest rank."""
     comm: dict[str, dict[str, float]]
     """Per collective: ``calls`` and ``seconds`` in this step, mean over ranks."""
+    cpu_seconds: float = 0.0
+    """CPU time of every rank's process (all its threads) in this step, summed over ranks: on a machine
+    whose ranks share cores, the step cannot be shorter than this over the cores."""
 
     @property
     def comm_seconds(self) -> float:
@@ -261,15 +264,18 @@ class RunResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def _reduce_step(loss: float, seconds: float, delta: Snapshot) -> tuple[float, float, dict[str, dict[str, float]]]:
-    """Mean loss and comm over ranks, slowest rank's step time (over MPI, outside the timed step)."""
+def _reduce_step(loss: float, seconds: float, delta: Snapshot,
+                 cpu_seconds: float) -> tuple[float, float, dict[str, dict[str, float]], float]:
+    """Mean loss and comm over ranks, slowest rank's step time, CPU time summed over ranks (over MPI,
+    outside the timed step)."""
     world = MPI.COMM_WORLD
-    values = np.array([loss] + [v for c in COLLECTIVES for v in delta[c]], dtype=np.float64)
+    values = np.array([loss, cpu_seconds] + [v for c in COLLECTIVES for v in delta[c]], dtype=np.float64)
     world.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+    cpu_total = float(values[1])
     values /= world.Get_size()
     slowest = world.allreduce(seconds, op=MPI.MAX)
-    comm = {c: {"calls": values[1 + 2 * i], "seconds": values[2 + 2 * i]} for i, c in enumerate(COLLECTIVES)}
-    return float(values[0]), slowest, comm
+    comm = {c: {"calls": values[2 + 2 * i], "seconds": values[3 + 2 * i]} for i, c in enumerate(COLLECTIVES)}
+    return float(values[0]), slowest, comm, cpu_total
 
 
 def format_comm(comm: dict[str, dict[str, float]]) -> str:
@@ -277,14 +283,19 @@ def format_comm(comm: dict[str, dict[str, float]]) -> str:
     return ", ".join(parts) or "none"
 
 
-def timed_step(step_fn: StepFn, meter: CommMeter, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, Snapshot]:
-    """Run one step; returns this rank's loss, seconds, and (calls, seconds) per collective during it."""
+def timed_step(step_fn: StepFn, meter: CommMeter, x: torch.Tensor,
+               y: torch.Tensor) -> tuple[float, float, Snapshot, float]:
+    """Run one step; returns this rank's loss, seconds, (calls, seconds) per collective during it, and the
+    CPU seconds its process used."""
     before = meter.snapshot()
+    cpu_start = time.process_time()
     start = time.perf_counter()
     loss = step_fn(x, y)
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     after = meter.snapshot()
-    return loss, seconds, {c: (after[c][0] - before[c][0], after[c][1] - before[c][1]) for c in COLLECTIVES}
+    delta = {c: (after[c][0] - before[c][0], after[c][1] - before[c][1]) for c in COLLECTIVES}
+    return loss, seconds, delta, cpu_seconds
 
 
 def train(args: argparse.Namespace, step_fn: StepFn, eval_fn: EvalFn, meter: CommMeter, *,
@@ -331,6 +342,7 @@ def summarize(result: RunResult) -> dict[str, Any]:
     timed = steps[2:] if len(steps) > 2 else steps
     step_s = statistics.median(s.seconds for s in timed)
     comm_s = statistics.median(s.comm_seconds for s in timed)
+    cpu_s = statistics.median(s.cpu_seconds for s in timed)
     per_collective = {}
     for c in COLLECTIVES:
         calls = statistics.median(s.comm[c]["calls"] for s in timed)
@@ -345,6 +357,8 @@ def summarize(result: RunResult) -> dict[str, Any]:
         "tokens_per_s": result.tokens_per_step / step_s,
         "comm_ms_per_step": 1e3 * comm_s,
         "comm_share": comm_s / step_s,
+        "cpu_ms_per_step": 1e3 * cpu_s,
+        "worst_step_ratio": max(s.seconds for s in timed) / step_s,
         "collectives": per_collective,
         "timed_steps": len(timed),
     }
@@ -356,6 +370,8 @@ def log_summary(result: RunResult) -> None:
              result.comm, s["first_loss"], s["final_train_loss"], min(TAIL_STEPS, len(result.steps)), s["val_loss"])
     log.info("  step %.1f ms, %s tok/s, comm %.1f ms a step (%.0f%% of the step): medians from step 3",
              s["step_ms"], f"{s['tokens_per_s']:,.0f}", s["comm_ms_per_step"], 100 * s["comm_share"])
+    log.info("  CPU %.1f ms a step over all ranks; slowest step %.1fx the median", s["cpu_ms_per_step"],
+             s["worst_step_ratio"])
     for c, v in s["collectives"].items():
         if v["calls_per_step"]:
             log.info("  %-15s %5.1f calls a step, %7.2f ms a step, %7.3f ms a call", c, v["calls_per_step"],

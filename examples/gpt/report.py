@@ -9,8 +9,9 @@ from typing import Any
 Run = dict[str, Any]
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
-HEADER = (f"{'framework':<17}{'comm':<10}{'steps':>5}{'step ms':>9}{'tok/s':>8}{'comm ms':>9}{'share':>7}"
-          f"  {'all-gather':<15}{'reduce-scatter':<15}{'all-reduce':<15}{'loss first->final':<19}{'val':>6}")
+HEADER = (f"{'framework':<17}{'comm':<10}{'steps':>5}{'step ms':>9}{'worst':>7}{'tok/s':>8}{'comm ms':>9}{'share':>7}"
+          f"{'cpu ms':>8}  {'all-gather':<15}{'reduce-scatter':<15}{'all-reduce':<15}{'loss first->final':<19}"
+          f"{'val':>6}")
 
 
 def _per_call(collective: dict[str, Any]) -> str:
@@ -23,8 +24,10 @@ def _per_call(collective: dict[str, Any]) -> str:
 def table_row(run: Run) -> str:
     s = run["summary"]
     cells = "".join(f"{_per_call(s['collectives'][c]):<15}" for c in COLLECTIVES)
-    return (f"{run['framework']:<17}{run['comm']:<10}{len(run['steps']):>5}{s['step_ms']:>9.1f}"
-            f"{s['tokens_per_s']:>8,.0f}{s['comm_ms_per_step']:>9.1f}{100 * s['comm_share']:>6.0f}%  {cells}"
+    worst = f"{s['worst_step_ratio']:.1f}x" if "worst_step_ratio" in s else "-"
+    cpu = f"{s['cpu_ms_per_step']:.0f}" if "cpu_ms_per_step" in s else "-"
+    return (f"{run['framework']:<17}{run['comm']:<10}{len(run['steps']):>5}{s['step_ms']:>9.1f}{worst:>7}"
+            f"{s['tokens_per_s']:>8,.0f}{s['comm_ms_per_step']:>9.1f}{100 * s['comm_share']:>6.0f}%{cpu:>8}  {cells}"
             f"{s['first_loss']:.3f} -> {s['final_train_loss']:.3f}   {s['val_loss']:>6.3f}")
 
 
@@ -45,7 +48,8 @@ def comparison_table(runs: list[Run], baseline: str = "gloo", where: str | None 
         f"GPT, {first['params']:,} parameters, {first['world_size']} CPU ranks = {where}, "
         f"{first['tokens_per_step']:,} tokens a step.",
         "Times: medians over steps 3..N (step: slowest rank; collectives: calls a step x time a call, mean over "
-        "ranks); loss: first step -> mean of the last 10 steps; val: held-out 10% of the corpus",
+        "ranks); worst: slowest step over the median; cpu: CPU time a step, all ranks' processes summed; "
+        "loss: first step -> mean of the last 10 steps; val: held-out 10% of the corpus",
         HEADER,
     ]
     frameworks = list(dict.fromkeys(r["framework"] for r in runs))

@@ -47,9 +47,8 @@ _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int32: 
 def _needs_typing(tensor: torch.Tensor) -> bool:
     """Whether a native reduction must run on a host copy of another dtype (16-bit floats, CUDA)."""
     return tensor.dtype not in _MPI_TYPES or tensor.is_cuda
-# Polling schedule: yield the core between polls until _YIELD_S, then nap _NAP_S between polls.
-_YIELD_S = 0.05
-_NAP_S = 0.0005
+# Polling schedule: yield the core between polls for the transport's ``spin_s``, then nap _NAP_S between polls.
+_NAP_S = 0.0002
 _POLLS_PER_CHECK = 16
 
 
@@ -107,6 +106,8 @@ class MPITransport(Transport):
     #: Native collectives as MPI's blocking calls under the watchdog (``PCCL_WAIT=blocking``), instead of
     #: non-blocking ones polled against the deadline (set by the communicator).
     blocking: bool = False
+    #: How long a polled wait yields the core between polls before it sleeps between them (set per machine).
+    spin_s: float = 0.05
 
     def __init__(self, comm: "MPI.Comm", *, owned: bool = False) -> None:
         self.comm = comm
@@ -259,7 +260,7 @@ class MPITransport(Transport):
                     next_failure_check = now + _FAILURE_CHECK_S
                     if self._failed_ranks(wait_s=0.0):
                         raise self._process_failure(MPI.ERR_PROC_FAILED, peers, what, now - start)
-                if now - start >= _YIELD_S:
+                if now - start >= self.spin_s:
                     pause = _nap
         except MPI.Exception as exc:  # a fault-tolerant MPI (ULFM) reports the failure instead of hanging
             raise self._process_failure(exc.Get_error_class(), peers, what, time.monotonic() - start) from exc

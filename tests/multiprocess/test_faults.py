@@ -23,7 +23,7 @@ def test_rank_that_never_calls_times_out_everywhere(tmp_path, trial) -> None:
 
 @pytest.mark.parametrize("kind", ["skip", "kill"])
 def test_blocking_waits_never_hang(tmp_path, kind) -> None:
-    """PCCL_WAIT=blocking (the default): MPI's blocking collective cannot time out, so the watchdog says what
+    """PCCL_WAIT=blocking (the default where every rank has a core): MPI's blocking collective cannot time out, so the watchdog says what
     was stuck and aborts the job; nothing hangs and nothing is left running."""
     outcome = run_trial(kind, tmp_path, algorithm="mpi", wait="blocking")
     assert outcome.ok, outcome.problems

@@ -67,6 +67,9 @@ def test_pccl_and_gloo_give_the_same_loss_curve(name: str, ranks: int, local_siz
         # pccl ran exactly the collectives gloo ran (counted by pccl, and by the timer around torch.distributed)
         assert _calls(pccl) == _calls(gloo), route
         assert sum(sum(v) for v in _calls(pccl).values()) >= STEPS, route
+        # every step's CPU time over the ranks, and the slowest step against the median, are reported
+        assert all(s["cpu_seconds"] > 0 for s in pccl["steps"]), route
+        assert pccl["summary"]["worst_step_ratio"] >= 1 and pccl["summary"]["cpu_ms_per_step"] > 0, route
 
 
 COMPRESSED = "all_gather:int8,reduce_scatter:bf16,all_reduce:bf16"
