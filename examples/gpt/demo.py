@@ -154,8 +154,10 @@ def main() -> None:
         plot_runs(runs, plot)
         where = (f"testbed: {args.ranks // args.local_size} namespaces x {args.local_size} ranks, links "
                  f"{testbed.rate}" if testbed else None)
-        print("\n" + comparison_table(runs, baseline=comms[0], where=where))
-        print(f"\nplot: {plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot}; "
+        table = comparison_table(runs, baseline=comms[0], where=where)
+        (args.out / f"demo{tag}.txt").write_text(table + "\n")
+        print("\n" + table)
+        print(f"\nplot: {plot.relative_to(ROOT) if plot.is_relative_to(ROOT) else plot}; table: demo{tag}.txt, "
               f"runs: {args.out}/*{tag}.json")
     print(f"total {time.perf_counter() - started:.0f} s")
 
