@@ -36,7 +36,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 from pccl_torch import api, failure_notice
 from pccl_torch.choice import attach
 from pccl_torch.communicator import Communicator, checking_from_env
-from pccl_torch.topology import Topology, TopologyError, detect
+from pccl_torch.topology import Topology, TopologyError, detect, ranks_on_this_machine
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
 
@@ -304,7 +304,7 @@ def _topology_for(comm, size: int) -> Topology:
         return detect(comm)
     except TopologyError as exc:
         log.info("pccl group of %d ranks runs flat: %s", size, exc)
-        return Topology(comm.Get_rank(), size, 1)
+        return Topology(comm.Get_rank(), size, 1, cpu_ranks=ranks_on_this_machine(comm))
 
 
 def _build_communicator(setup: _GroupSetup, device: torch.device, vendor: dist.ProcessGroup, mpi=None) -> Communicator:

@@ -146,11 +146,9 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
         detected = node_comm.Get_size()
     finally:
         node_comm.Free()
-    kernel = _kernel_id()
-    everywhere = comm.allgather((node_leader, detected, kernel))
-    placements = [(leader, count) for leader, count, _ in everywhere]
+    placements = comm.allgather((node_leader, detected))
     hosts = len({leader for leader, _ in placements})
-    cpu_ranks = sum(1 for _, _, k in everywhere if k == kernel)
+    cpu_ranks = ranks_on_this_machine(comm)
     chosen = local_size if local_size is not None else local_size_override()
     if chosen is None:
         problem = _placement_problem(placements)
@@ -158,6 +156,12 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
             log.warning("pccl: %s; running the flat algorithms (one rank a node)", problem)
         chosen = 1 if problem is not None else detected
     return Topology(rank, size, chosen, hosts, cpu_ranks)
+
+
+def ranks_on_this_machine(comm: "MPI.Comm") -> int:
+    """Ranks of ``comm`` running on this rank's kernel, hence sharing its CPUs (collective over ``comm``)."""
+    kernel = _kernel_id()
+    return sum(1 for other in comm.allgather(kernel) if other == kernel)
 
 
 def _placement_problem(placements: list[tuple[int, int]]) -> str | None:

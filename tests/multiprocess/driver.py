@@ -32,6 +32,7 @@ from mpi4py import MPI
 import pccl_torch as pc
 from pccl_torch import compression as wire_formats
 from pccl_torch.ops import FLOAT_DTYPES, INT_DTYPES, SUPPORTED_DTYPES
+from pccl_torch.work import OrderedExecutor
 
 LARGE = 1 << 20  # "about 1 Mi elements" in the full buffer
 SMALL_BLOCKS = (0, 1, 37)  # elements per rank's block (AG, RS) or in the buffer (AR)
@@ -348,11 +349,22 @@ def main() -> int:
 
     names = async_algorithms(wanted)
 
-    def async_check() -> str | None:
-        with on_device():
-            return check_async(topo.world_size, topo.rank, names)
+    def async_check(threaded: bool) -> str | None:
+        """The async checks with the worker thread and inline (PCCL_ASYNC's two ways), whichever the
+        communicator chose for this machine."""
+        chosen = comm.executor
+        comm.executor = OrderedExecutor("pccl-check", inline=not threaded)
+        try:
+            with on_device():
+                return check_async(topo.world_size, topo.rank, names)
+        finally:
+            comm.executor.shutdown()
+            comm.executor = chosen
 
-    runner.check("async work handles", async_check)
+    runner.check("async work handles (worker thread)", lambda: async_check(threaded=True))
+    runner.check("async work handles (inline)", lambda: async_check(threaded=False))
+    runner.check("ranks on this machine counted", lambda: None if topo.cpu_ranks == topo.world_size else
+                 f"topology counts {topo.cpu_ranks} ranks on this machine, expected all {topo.world_size}")
     with on_device():
         bad_inputs = bad_input_cases(topo.world_size)
     for name, kind, fragment, call in bad_inputs:
