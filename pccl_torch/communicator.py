@@ -48,7 +48,7 @@ from pccl_torch import failure_notice
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.topology import Topology, detect
 from pccl_torch.transport.base import Transport
-from pccl_torch.transport.mpi import MPITransport
+from pccl_torch.transport.mpi import SHARED_CORES_SPIN_S, SPIN_S, MPITransport
 from pccl_torch.transport.torch_group import LIBRARY_BY_DEVICE, TorchGroupTransport
 from pccl_torch.work import OrderedExecutor
 
@@ -61,9 +61,6 @@ WAIT_ENV = "PCCL_WAIT"
 WAIT_MODES = ("auto", "blocking", "bounded")
 ASYNC_ENV = "PCCL_ASYNC"
 ASYNC_MODES = ("auto", "thread", "inline")
-#: Polled waits spin (yielding the core) this long before they sleep between polls: long where each rank has
-#: a core, short where ranks share cores (a spinning rank delays the very rank it waits for).
-SPIN_S = {True: 0.05, False: 0.0002}
 
 
 def _mode_from_env(name: str, modes: tuple[str, ...]) -> str:
@@ -80,7 +77,7 @@ def blocking_waits_from_env(topology: Topology) -> bool:
     cannot finish raises ``PcclTimeoutError`` on every live rank; ``auto`` (unset): ``blocking`` where every
     rank of the machine has a core, else ``bounded``. Anything else raises."""
     mode = _mode_from_env(WAIT_ENV, WAIT_MODES)
-    return mode == "blocking" or (mode == "auto" and topology.cores_per_rank >= 1)
+    return mode == "blocking" or (mode == "auto" and not topology.ranks_share_cores)
 
 
 def threaded_async_from_env(topology: Topology, device: torch.device) -> bool:
@@ -203,7 +200,7 @@ class Communicator:
                      "on a worker thread" if self.threaded_async else "inline")
         for transport in (self.world, self.intra_mpi, self.inter):
             transport.blocking = self.blocking_waits
-            transport.spin_s = SPIN_S[topo.cores_per_rank >= 1]
+            transport.spin_s = SHARED_CORES_SPIN_S if topo.ranks_share_cores else SPIN_S
 
     @property
     def intra(self) -> Transport:

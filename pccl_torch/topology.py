@@ -103,6 +103,11 @@ class Topology:
         return self.cores / self.cpu_ranks
 
     @property
+    def ranks_share_cores(self) -> bool:
+        """Fewer cores than ranks on this machine: waits must not spin (``PCCL_WAIT=auto``)."""
+        return self.cores_per_rank < 1
+
+    @property
     def is_hierarchical(self) -> bool:
         """True when there are several nodes of several ranks: both levels have work to do."""
         return self.num_nodes > 1 and self.local_size > 1

@@ -24,10 +24,10 @@ def _per_call(collective: dict[str, Any]) -> str:
 def table_row(run: Run) -> str:
     s = run["summary"]
     cells = "".join(f"{_per_call(s['collectives'][c]):<15}" for c in COLLECTIVES)
-    worst = f"{s['worst_step_ratio']:.1f}x" if "worst_step_ratio" in s else "-"
-    cpu = f"{s['cpu_ms_per_step']:.0f}" if "cpu_ms_per_step" in s else "-"
+    worst = f"{s['worst_step_ratio']:.1f}x"
     return (f"{run['framework']:<17}{run['comm']:<10}{len(run['steps']):>5}{s['step_ms']:>9.1f}{worst:>7}"
-            f"{s['tokens_per_s']:>8,.0f}{s['comm_ms_per_step']:>9.1f}{100 * s['comm_share']:>6.0f}%{cpu:>8}  {cells}"
+            f"{s['tokens_per_s']:>8,.0f}{s['comm_ms_per_step']:>9.1f}{100 * s['comm_share']:>6.0f}%"
+            f"{s['cpu_ms_per_step']:>8.0f}  {cells}"
             f"{s['first_loss']:.3f} -> {s['final_train_loss']:.3f}   {s['val_loss']:>6.3f}")
 
 

@@ -48,6 +48,10 @@ def _needs_typing(tensor: torch.Tensor) -> bool:
     """Whether a native reduction must run on a host copy of another dtype (16-bit floats, CUDA)."""
     return tensor.dtype not in _MPI_TYPES or tensor.is_cuda
 # Polling schedule: yield the core between polls for the transport's ``spin_s``, then nap _NAP_S between polls.
+#: The spin where each rank has a core; where ranks share cores a spinning rank delays the very rank it waits
+#: for, so the spin is short there.
+SPIN_S = 0.05
+SHARED_CORES_SPIN_S = 0.0002
 _NAP_S = 0.0002
 _POLLS_PER_CHECK = 16
 
@@ -107,7 +111,7 @@ class MPITransport(Transport):
     #: non-blocking ones polled against the deadline (set by the communicator).
     blocking: bool = False
     #: How long a polled wait yields the core between polls before it sleeps between them (set per machine).
-    spin_s: float = 0.05
+    spin_s: float = SPIN_S
 
     def __init__(self, comm: "MPI.Comm", *, owned: bool = False) -> None:
         self.comm = comm

@@ -20,6 +20,7 @@ SPARE = Topology(0, 4, 2, cpu_ranks=4, cores=16)      # cores to spare (a GPU no
 
 def test_cores_per_rank_counts_every_rank_on_the_machine() -> None:
     assert SHARED.cores_per_rank == 0.5 and SPARE.cores_per_rank == 4
+    assert SHARED.ranks_share_cores and not ONE_EACH.ranks_share_cores and not SPARE.ranks_share_cores
     assert Topology(0, 2, 1).cpu_ranks == 1 and Topology(0, 2, 1).cores >= 1
 
 
