@@ -8,24 +8,31 @@ DeepSpeed's launcher has no ``--comm_backend`` flag: training scripts declare th
     deepspeed.init_distributed(dist_backend=args.comm_backend)
 
 ``--comm_backend pccl`` makes pccl torch.distributed's default backend, so every collective of ZeRO-1/2/3
-(on every group DeepSpeed creates, with every op) goes through pccl's process group. Launch under MPI
-(``mpiexec -n 4 python train.py --comm_backend pccl``): DeepSpeed discovers rank, world size and the
-rendezvous address from MPI. For an unchanged script, ``python -m pccl_torch.run train.py ...`` makes
-``pccl`` the backend of every ``deepspeed.init_distributed`` / ``deepspeed.initialize`` call.
+(on every group DeepSpeed creates, with every op) goes through pccl's process group. Launch with DeepSpeed's
+own launcher (``deepspeed --num_gpus 4 train.py --comm_backend pccl``) or torchrun, where pccl's levels are
+torch groups (``pccl_torch.launcher``), or under MPI (``mpiexec -n 4 python train.py --comm_backend pccl``:
+DeepSpeed discovers rank, world size and the rendezvous address from MPI). For an unchanged script,
+``python -m pccl_torch.run train.py ...`` makes ``pccl`` the backend of every ``deepspeed.init_distributed`` /
+``deepspeed.initialize`` call.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 
 BACKENDS = ("nccl", "gloo", "mpi", "pccl")
 
 
 def add_comm_arguments(parser: argparse.ArgumentParser, default: str = "pccl") -> argparse.ArgumentParser:
-    """Add ``--comm_backend {nccl,gloo,mpi,pccl}`` to a training script's parser."""
+    """Add ``--comm_backend {nccl,gloo,mpi,pccl}`` to a training script's parser, and ``--local_rank`` (which
+    DeepSpeed's launcher passes to every script) when the parser has none."""
     parser.add_argument("--comm_backend", choices=BACKENDS, default=default,
                         help=f"torch.distributed backend for deepspeed.init_distributed (default {default})")
+    if not any("--local_rank" in action.option_strings for action in parser._actions):
+        parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)),
+                            help="set by DeepSpeed's launcher (default: $LOCAL_RANK)")
     return parser
 
 

@@ -1,13 +1,16 @@
 """The torch.distributed backend ``pccl``: ``import pccl_torch`` registers it.
 
-    dist.init_process_group("pccl")            # under mpiexec; or dist.new_group(ranks, backend="pccl")
+    dist.init_process_group("pccl")            # under mpiexec, torchrun, deepspeed or accelerate
+    dist.new_group(ranks, backend="pccl")      # a subgroup
 
 A :class:`PcclProcessGroup` runs all-reduce, all-gather and reduce-scatter (tensor and list forms, both
 the torch 2.13 names and the older ones, coalesced forms) through pccl's API on CPU tensors, with real
 async work handles, and delegates every other call (broadcast, barrier, all_to_all, send/recv, gather,
 scatter, reduce, ...) and tensors of other devices to a private gloo group built from the same store.
 Creating a subgroup involves only its members: the MPI communicator comes from ``Comm.Create_group``
-(collective over the group alone) and the gloo groups from the group's own store.
+(collective over the group alone) and the gloo groups from the group's own store. Without an MPI launch
+(torchrun, DeepSpeed's launcher, accelerate) pccl's levels are torch groups over that store
+(``pccl_torch.launcher``).
 
 Device maps work as in torch: with ``"cpu:gloo,cuda:pccl"`` CUDA tensors run through pccl and CPU tensors
 through gloo; with ``"cpu:pccl,cuda:nccl"`` the reverse. torch hands a Python process group every device
@@ -35,7 +38,8 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from pccl_torch import api, failure_notice
 from pccl_torch.choice import attach
-from pccl_torch.communicator import Communicator, checking_from_env
+from pccl_torch.communicator import Communicator, checking_from_env, over_torch
+from pccl_torch.launcher import group_over, topology_from_store, transport_for
 from pccl_torch.topology import Topology, TopologyError, detect, ranks_on_this_machine
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
@@ -82,8 +86,9 @@ class _GroupSetup:
     rank: int
     size: int
     timeout: datetime.timedelta
-    mpi: object
-    """The group's MPI communicator (mpi4py ``Comm``), duplicated by each communicator built from it."""
+    mpi: object | None
+    """The group's MPI communicator (mpi4py ``Comm``), duplicated by each communicator built from it; None
+    without an MPI launch (the levels are torch groups over ``store``)."""
     topology: Topology
 
 
@@ -143,8 +148,8 @@ class PcclProcessGroup(dist.ProcessGroup):
         if kind not in self._vendors:
             if kind == "cuda" and dist.is_nccl_available():
                 s = self._setup
-                self._vendors[kind] = dist.ProcessGroupNCCL(dist.PrefixStore("pccl/vendor/cuda", s.store),
-                                                            s.rank, s.size)
+                self._vendors[kind] = group_over(dist.PrefixStore("pccl/vendor/cuda", s.store), s.rank, s.size,
+                                                 "cuda", s.timeout)
             else:
                 self._vendors[kind] = self._vendors["cpu"]
         return self._vendors[kind]
@@ -308,50 +313,54 @@ def _topology_for(comm, size: int) -> Topology:
 
 
 def _build_communicator(setup: _GroupSetup, device: torch.device, vendor: dist.ProcessGroup, mpi=None) -> Communicator:
-    """A communicator of the group for ``device``: the node's ranks over MPI and over gloo (CPU) or NCCL (CUDA), every
-    node's same local rank over MPI. Collective over the group. ``mpi`` (default: a duplicate of the group's
-    MPI communicator) becomes the communicator's own."""
+    """A communicator of the group for ``device``. Over MPI: the node's ranks over MPI and over gloo (CPU) or
+    NCCL (CUDA), every node's same local rank over MPI; ``mpi`` (default: a duplicate of the group's MPI
+    communicator) becomes the communicator's own. Without MPI (``setup.mpi`` None): every level a torch group
+    over the group's store (``pccl_torch.launcher``). Collective over the group."""
     t = setup.topology
-    intra_store = dist.PrefixStore(f"pccl/intra/{device.type}/{t.node}", setup.store)
-    if device.type == "cuda":
-        intra = dist.ProcessGroupNCCL(intra_store, t.local_rank, t.local_size)
+    if setup.mpi is None:
+        comm = over_torch(dist.PrefixStore(f"pccl/{device.type}", setup.store), t, device, setup.timeout, vendor,
+                          check=checking_from_env())
     else:
-        intra = dist.ProcessGroupGloo(intra_store, t.local_rank, t.local_size, setup.timeout)
-    mpi = mpi if mpi is not None else setup.mpi.Dup()
-    comm = Communicator(
-        topology=t,
-        device=device,
-        world=MPITransport(mpi, owned=True),
-        vendor=TorchGroupTransport(vendor),
-        intra_mpi=MPITransport(mpi.Split(color=t.node, key=t.local_rank), owned=True),
-        intra_torch=TorchGroupTransport(intra),
-        inter=MPITransport(mpi.Split(color=t.local_rank, key=t.node), owned=True),
-        timeout_s=setup.timeout.total_seconds(),
-        check=checking_from_env(),
-    )
+        intra_store = dist.PrefixStore(f"pccl/intra/{device.type}/{t.node}", setup.store)
+        intra = group_over(intra_store, t.local_rank, t.local_size, device.type, setup.timeout)
+        mpi = mpi if mpi is not None else setup.mpi.Dup()
+        comm = Communicator(
+            topology=t,
+            device=device,
+            world=MPITransport(mpi, owned=True),
+            vendor=TorchGroupTransport(vendor),
+            intra_mpi=MPITransport(mpi.Split(color=t.node, key=t.local_rank), owned=True),
+            intra_torch=TorchGroupTransport(intra),
+            inter=MPITransport(mpi.Split(color=t.local_rank, key=t.node), owned=True),
+            timeout_s=setup.timeout.total_seconds(),
+            check=checking_from_env(),
+        )
     attach(comm)
     return comm
 
 
 def create_process_group(opts, backend_options=None) -> PcclProcessGroup:
-    """The creator registered with torch.distributed (``extended_api=True``). Called on members only."""
-    from mpi4py import MPI
+    """The creator registered with torch.distributed (``extended_api=True``). Called on members only.
 
+    Under an MPI launch whose ranks are torch's the group's levels are MPI communicators; under torchrun,
+    DeepSpeed's launcher or accelerate (every process an MPI singleton) they are torch groups over the group's
+    store (``pccl_torch.launcher``)."""
     store, rank, size, timeout = opts.store, opts.group_rank, opts.group_size, opts.timeout
     members = list(opts.global_ranks_in_group) or list(range(size))
-    world = MPI.COMM_WORLD
-    if world.Get_size() < max(members) + 1 or world.Get_rank() != members[rank]:
-        raise RuntimeError(
-            f"the pccl backend needs an MPI launch whose ranks are torch's ranks: torch rank {members[rank]} of "
-            f"{max(members) + 1}, but MPI rank {world.Get_rank()} of {world.Get_size()}. Launch with mpiexec "
-            "(e.g. `mpiexec -n 4 python train.py`)"
-        )
-    group_comm = world.Dup() if len(members) == world.Get_size() else \
-        world.Create_group(world.Get_group().Incl(members))
-    setup = _GroupSetup(store, rank, size, timeout, group_comm, _topology_for(group_comm, size))
+    world_size = dist.get_world_size() if dist.is_initialized() else max(members) + 1
+    if transport_for(members[rank], world_size) == "mpi":
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        group_comm = world.Dup() if len(members) == world.Get_size() else \
+            world.Create_group(world.Get_group().Incl(members))
+        setup = _GroupSetup(store, rank, size, timeout, group_comm, _topology_for(group_comm, size))
+    else:
+        setup = _GroupSetup(store, rank, size, timeout, None, topology_from_store(store, rank, size))
     vendor = dist.ProcessGroupGloo(dist.PrefixStore("pccl/vendor", store), rank, size, timeout)
     # The CPU communicator is built now (it owns the group's MPI communicator); CUDA's at its first call.
-    comm = _build_communicator(setup, torch.device("cpu"), vendor, mpi=group_comm)
+    comm = _build_communicator(setup, torch.device("cpu"), vendor, mpi=setup.mpi)
     failure_notice.install()
     return PcclProcessGroup(setup, comm, vendor)
 

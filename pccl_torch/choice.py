@@ -23,6 +23,7 @@ from pccl_torch.plan import Plan, env_overrides, resolve
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.sim.pipeline import pipeline_chunks
+from pccl_torch.transport.base import Transport
 
 _PLANS_MAX = 4096
 
@@ -77,18 +78,18 @@ class Choice:
         return plan
 
 
-def _agreed_selector(mpi_comm) -> Selector | None:
+def _agreed_selector(world: Transport) -> Selector | None:
     """Rank 0 reads the selector profile and broadcasts its text, so every rank holds the same one and
     makes the same choice for the same call; a bad profile fails on every rank with the same error."""
     text = origin = error = None
-    if mpi_comm.Get_rank() == 0:
+    if world.rank == 0:
         try:
             path = profile_path()
             if path is not None:
                 origin, text = str(path), path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             error = f"cannot read selector profile {origin or path}: {exc.strerror}"
-    text, origin, error = mpi_comm.bcast((text, origin, error), root=0)
+    text, origin, error = world.broadcast_json((text, origin, error))
     if error:
         raise ProfileError(error)
     return None if text is None else Selector(Profile.from_json(text, origin), origin)
@@ -96,7 +97,7 @@ def _agreed_selector(mpi_comm) -> Selector | None:
 
 def attach(comm: Communicator) -> Choice:
     """Give ``comm`` its choice state. Collective over the communicator (the profile is broadcast)."""
-    comm.choice = Choice(selector=_agreed_selector(comm.world.comm))
+    comm.choice = Choice(selector=_agreed_selector(comm.world))
     return comm.choice
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from pccl_torch import failure_notice
+from pccl_torch import failure_notice, launcher
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.topology import Topology, detect
 from pccl_torch.transport.base import Transport
@@ -152,16 +152,18 @@ class Communicator:
 
     topology: Topology
     device: torch.device
-    world: MPITransport
-    """All ranks over MPI: the flat algorithms and the flat ``mpi`` native collective."""
+    world: Transport
+    """All ranks over MPI (over a torch group without an MPI launch, ``pccl_torch.launcher``): the flat
+    algorithms and the flat ``mpi`` native collective."""
     vendor: Transport
     """All ranks over the torch.distributed world group: the flat ``vendor`` native collective."""
-    intra_mpi: MPITransport
-    """This node's ranks over MPI (shared memory): the intra-node phase of CPU tensors by default."""
+    intra_mpi: Transport
+    """This node's ranks over MPI (shared memory): the intra-node phase of CPU tensors by default (without an
+    MPI launch, the same torch group as :attr:`intra_torch`)."""
     intra_torch: Transport
     """This node's ranks over a torch.distributed group (gloo on CPU, NCCL on CUDA: CUDA's default)."""
-    inter: MPITransport
-    """This local rank's peers on every node over MPI: the inter-node phase."""
+    inter: Transport
+    """This local rank's peers on every node over MPI (or a torch group): the inter-node phase."""
     owns_process_group: bool = False
     choice: object | None = None
     """The API layer's algorithm-choice state for this communicator (``pccl_torch.choice``); opaque here."""
@@ -195,12 +197,20 @@ class Communicator:
             self.threaded_async = threaded_async_from_env(topo, self.device)
         self.executor = OrderedExecutor("pccl", inline=not self.threaded_async)
         if topo.rank == 0:
-            log.info("pccl: %d ranks on %d cores here: %s waits, async calls %s", topo.cpu_ranks, topo.cores,
+            log.info("pccl over %s: %d ranks on %d cores here: %s waits, async calls %s", self.transport,
+                     topo.cpu_ranks, topo.cores,
                      "blocking" if self.blocking_waits else "polled",
                      "on a worker thread" if self.threaded_async else "inline")
         for transport in (self.world, self.intra_mpi, self.inter):
-            transport.blocking = self.blocking_waits
-            transport.spin_s = SHARED_CORES_SPIN_S if topo.ranks_share_cores else SPIN_S
+            if isinstance(transport, MPITransport):
+                transport.blocking = self.blocking_waits
+                transport.spin_s = SHARED_CORES_SPIN_S if topo.ranks_share_cores else SPIN_S
+
+    @property
+    def transport(self) -> str:
+        """What carries the point-to-point levels: ``mpi`` (an MPI launch) or ``torch:<library>`` (torch groups,
+        without one; ``pccl_torch.launcher``)."""
+        return "mpi" if isinstance(self.inter, MPITransport) else f"torch:{LIBRARY_BY_DEVICE[self.device.type]}"
 
     @property
     def intra(self) -> Transport:
@@ -321,14 +331,35 @@ def init_process_group(backend: str = "pccl", *, timeout: datetime.timedelta = D
 
 def create(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
            timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None) -> Communicator:
-    """Build a :class:`Communicator` (collective over ``comm``, default ``MPI.COMM_WORLD``).
+    """Build a :class:`Communicator` (collective over ``comm``, default ``MPI.COMM_WORLD``; without an MPI
+    launch, over torch.distributed's world: see ``pccl_torch.launcher``).
 
     ``timeout`` bounds every wait on a peer; ``check`` (default: ``PCCL_DEBUG=check``) turns on the
     per-call signature agreement that reports mismatched collectives instead of hanging or corrupting."""
-    from mpi4py import MPI
-
     check = checking_from_env() if check is None else check
     failure_notice.install()
+    if comm is None and launcher.transport_for(*_torch_rank_and_size()) == "torch":
+        return _create_over_torch(local_size, device, timeout, check)
+    return _create_over_mpi(comm, local_size, device, timeout, check)
+
+
+def _torch_rank_and_size() -> tuple[int, int]:
+    """This process's torch rank and world size: torch.distributed's, else the launcher's (``RANK``,
+    ``WORLD_SIZE``), else MPI's."""
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if os.environ.get("WORLD_SIZE", "").strip().isdigit() and os.environ.get("RANK", "").strip().isdigit():
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return launcher.mpi_world()
+
+
+def _torch_backend(device: str | torch.device | None) -> str:
+    return "cpu:gloo,cuda:nccl" if device is not None and torch.device(device).type == "cuda" else "gloo"
+
+
+def _create_over_mpi(comm, local_size: int | None, device: str | torch.device | None,
+                     timeout: datetime.timedelta, check: bool) -> Communicator:
+    from mpi4py import MPI
 
     world_comm = (comm if comm is not None else MPI.COMM_WORLD).Dup()
     try:
@@ -350,7 +381,7 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
     else:
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        _rendezvous(world_comm, topology, "cpu:gloo,cuda:nccl" if dev.type == "cuda" else "gloo", timeout)
+        _rendezvous(world_comm, topology, _torch_backend(dev), timeout)
         owns = True
 
     node_groups = [topology.node_ranks(k) for k in range(topology.num_nodes)]
@@ -362,11 +393,66 @@ def create(comm=None, *, local_size: int | None = None, device: str | torch.devi
         topology=topology,
         device=dev,
         world=MPITransport(world_comm, owned=True),
-        # With the pccl backend as the default group, its private gloo group is the vendor library.
-        vendor=TorchGroupTransport(getattr(dist.group.WORLD, "vendor", dist.group.WORLD)),
+        vendor=_world_vendor(),
         intra_mpi=MPITransport(node_comm, owned=True),
         intra_torch=TorchGroupTransport(intra_group, owned=True),
         inter=MPITransport(inter_comm, owned=True),
+        owns_process_group=owns,
+        timeout_s=timeout.total_seconds(),
+        check=check,
+    )
+
+
+def _world_vendor() -> TorchGroupTransport:
+    """The vendor library over torch.distributed's world: with the pccl backend as the default group, its
+    private gloo group; else the default group itself."""
+    return TorchGroupTransport(getattr(dist.group.WORLD, "vendor", dist.group.WORLD))
+
+
+_TORCH_CREATIONS = 0
+"""Communicators ``create`` built over torch groups so far (the same count on every rank): their store prefix."""
+
+
+def _create_over_torch(local_size: int | None, device: str | torch.device | None, timeout: datetime.timedelta,
+                       check: bool) -> Communicator:
+    """``create`` without an MPI launch: torch.distributed's world (initialised from the launcher's variables
+    when nobody has) and pccl's levels as torch groups over its store."""
+    global _TORCH_CREATIONS
+    owns = False
+    if not dist.is_initialized():
+        rank, size = launcher.mpi_world()
+        if size > 1:  # PCCL_TRANSPORT=torch under mpiexec: the rendezvous address still comes over MPI
+            from mpi4py import MPI
+
+            _rendezvous(MPI.COMM_WORLD, Topology(rank, size, 1), _torch_backend(device), timeout)
+        else:
+            launcher.require_env_rendezvous()
+            dist.init_process_group(_torch_backend(device), timeout=timeout)
+        owns = True
+    _TORCH_CREATIONS += 1
+    store = dist.PrefixStore(f"pccl/init/{_TORCH_CREATIONS}", dist.distributed_c10d._get_default_store())
+    topology = launcher.topology_from_store(store, dist.get_rank(), dist.get_world_size(), local_size)
+    dev = _device_for(device, topology)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    return over_torch(store, topology, dev, timeout, _world_vendor().group, check=check, owns=owns)
+
+
+def over_torch(store: dist.Store, topology: Topology, device: torch.device, timeout: datetime.timedelta,
+               vendor: dist.ProcessGroup, *, check: bool, owns: bool = False) -> Communicator:
+    """A communicator whose levels are torch groups of ``device``'s library over ``store`` (the ``torch``
+    transport of ``pccl_torch.launcher``); ``vendor`` is the flat ``vendor`` level. Collective over the group."""
+    world, intra, inter = launcher.torch_levels(store, topology, device, timeout)
+    node = TorchGroupTransport(intra, owned=True)
+    log.debug("pccl communicator over torch groups: %s on %s", topology, device)
+    return Communicator(
+        topology=topology,
+        device=device,
+        world=TorchGroupTransport(world, owned=True),
+        vendor=TorchGroupTransport(vendor),
+        intra_mpi=node,
+        intra_torch=node,
+        inter=TorchGroupTransport(inter, owned=True),
         owns_process_group=owns,
         timeout_s=timeout.total_seconds(),
         check=check,

@@ -21,7 +21,8 @@ def stats(source: Source = None) -> dict[str, dict]:
     """Counters of pccl's collectives: ``calls``, ``bytes`` (the caller's buffers), ``seconds``, by collective;
     ``algorithms`` (``"collective:algorithm" -> calls``); ``bypassed``: all-gathers, reduce-scatters and
     all-reduces that pccl process groups handed to the vendor library (tensors on a device pccl was not
-    given), by ProcessGroup method.
+    given), by ProcessGroup method; ``transport``: communicators by what carries their levels (``mpi`` under an
+    MPI launch, ``torch:gloo`` / ``torch:nccl`` without one: ``pccl_torch.launcher``).
 
     ``source``: None, the communicator of ``init()``; a :class:`Communicator`; a ``pccl`` process group (its
     communicators); ``"all"``, every live communicator and pccl group of this process, summed.
@@ -39,12 +40,13 @@ def stats(source: Source = None) -> dict[str, dict]:
         comms, groups = live_communicators(), pccl_groups()
     else:
         raise TypeError(f"stats() takes a Communicator, a pccl process group, 'all' or None; got {source!r}")
-    totals: dict[str, Counter] = {key: Counter() for key in ("calls", "bytes", "seconds", "algorithms", "bypassed")}
+    totals: dict[str, Counter] = {key: Counter() for key in ("calls", "bytes", "seconds", "algorithms", "bypassed", "transport")}
     for comm in comms:
         totals["calls"].update(comm.stats.calls)
         totals["bytes"].update(comm.stats.bytes)
         totals["seconds"].update(comm.stats.seconds)
         totals["algorithms"].update({f"{c}:{a}": n for (c, a), n in comm.stats.algorithms.items()})
+        totals["transport"][comm.transport] += 1
     for group in groups:
         totals["bypassed"].update(bypassed(group))
     return {key: dict(counter) for key, counter in totals.items()}

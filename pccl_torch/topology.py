@@ -29,7 +29,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _kernel_id() -> str:
+def kernel_id() -> str:
     """What identifies the kernel, hence the CPUs, this process runs on: the boot id, shared by every
     network namespace of one machine (testbed nodes) and different on every other machine."""
     try:
@@ -156,7 +156,7 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
     cpu_ranks = ranks_on_this_machine(comm)
     chosen = local_size if local_size is not None else local_size_override()
     if chosen is None:
-        problem = _placement_problem(placements)
+        problem = placement_problem(placements)
         if problem is not None and rank == 0:
             log.warning("pccl: %s; running the flat algorithms (one rank a node)", problem)
         chosen = 1 if problem is not None else detected
@@ -165,11 +165,11 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
 
 def ranks_on_this_machine(comm: "MPI.Comm") -> int:
     """Ranks of ``comm`` running on this rank's kernel, hence sharing its CPUs (collective over ``comm``)."""
-    kernel = _kernel_id()
+    kernel = kernel_id()
     return sum(1 for other in comm.allgather(kernel) if other == kernel)
 
 
-def _placement_problem(placements: list[tuple[int, int]]) -> str | None:
+def placement_problem(placements: list[tuple[int, int]]) -> str | None:
     """Why the detected nodes cannot be used as equal blocks of ranks (None when they can)."""
     sizes = sorted({s for _, s in placements})
     if len(sizes) > 1:

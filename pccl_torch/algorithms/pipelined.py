@@ -1,20 +1,22 @@
 """Pipelined two-level compositions: the hierarchical schedules of ``hierarchical.py`` cut into chunks, so
 the intra-node phase of one chunk runs while the inter-node phase of another crosses the network.
 
-Both levels are MPI communicators driven by non-blocking collectives (``Iallgather``,
-``Ireduce_scatter_block``, ``Iallreduce``); a step of chunk ``c`` starts once step ``k - 1`` of the same
+Both levels are driven by non-blocking native collectives (MPI's ``Iallgather``, ``Ireduce_scatter_block``,
+``Iallreduce``, or a torch group's async calls where pccl runs without an MPI launch); a step of chunk ``c`` starts once step ``k - 1`` of the same
 chunk has completed. Steps are started in one fixed order on every rank (tick ``t`` starts step ``k`` of
 chunk ``t - k`` for k = 0, 1, ...), so every communicator sees its collectives in the same order on all
 ranks, as MPI requires; waiting on the earliest unfinished step of that order cannot deadlock, and every
-wait drives all the started steps (MPI progresses every pending request while one is tested).
+wait drives all the started steps (MPI progresses every pending request while one is tested; gloo and NCCL
+progress on their own threads and streams).
 
 P = N nodes x L ranks; a chunk of width w elements (of the n per rank block, or of the all-reduce buffer):
 - all-gather: inter AG of input[c] -> [N, w]; intra AG -> [L, N, w]; unpack into out[:, :, c] of [N, L, n].
 - reduce-scatter: pack input[:, :, c] of [N, L, n] -> [L, N, w]; intra RS -> [N, w]; inter RS -> out[c].
 - all-reduce: intra RS of buf[c] (w a multiple of L) -> shard [w / L]; inter AR of the shard; intra AG.
 Results equal the unpipelined schedule's element for element (each element takes the same reductions in
-the same order); all-reduce results are bitwise identical on every rank. 16-bit floats are reduced in
-float32 and CUDA tensors staged through host memory, once for the whole call.
+the same order); all-reduce results are bitwise identical on every rank. Where a level cannot reduce 16-bit floats (MPI)
+they are reduced in float32, and where a level needs host memory (MPI) CUDA tensors are staged through it,
+once for the whole call.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from pccl_torch.ops import ReduceOp
-from pccl_torch.transport.mpi import MPITransport
+from pccl_torch.transport.base import Transport
 from pccl_torch.triton_kernels import pack_window, unpack_window
 
 #: A step of one chunk: starts its collective and returns the request, or does local work and returns None.
@@ -39,9 +41,9 @@ def chunk_bounds(total: int, chunks: int, multiple: int = 1) -> list[tuple[int, 
     return [(s, min(s + width, total)) for s in range(0, total, width)] or [(0, 0)]
 
 
-def run(chunk_steps: Sequence[Sequence[tuple[MPITransport | None, Step, str]]]) -> None:
+def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> None:
     """Run every chunk's steps in order, overlapping chunks: see the module docstring for the order."""
-    started: dict[tuple[int, int], tuple[MPITransport, object, str]] = {}
+    started: dict[tuple[int, int], tuple[Transport, object, str]] = {}
     depth = len(chunk_steps[0])
 
     def finish(c: int, k: int) -> None:
@@ -65,20 +67,23 @@ def run(chunk_steps: Sequence[Sequence[tuple[MPITransport | None, Step, str]]]) 
         finish(c, k)
 
 
-def _staged(tensor: torch.Tensor, reduce: bool) -> torch.Tensor:
-    """A host tensor MPI can work on (reduce: of an MPI-typed dtype) holding ``tensor``; itself when it is."""
-    if tensor.is_cuda:
+def _staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport]) -> torch.Tensor:
+    """A tensor every one of ``levels`` can work on, holding ``tensor``: on the host when one of them needs host
+    memory, in float32 when one of them cannot reduce the dtype (``reduce``); ``tensor`` itself when it is."""
+    host = tensor.is_cuda and any(t.host_memory_only for t in levels)
+    upcast = reduce and not all(t.reduces(tensor.dtype) for t in levels)
+    if host:
         torch.cuda.current_stream(tensor.device).synchronize()
-    if reduce and not MPITransport.reduces(tensor.dtype):
-        return tensor.to(device="cpu", dtype=torch.float32)
-    return tensor.to("cpu") if tensor.is_cuda else tensor
+    if not (host or upcast):
+        return tensor
+    return tensor.to(device="cpu" if host else tensor.device, dtype=torch.float32 if upcast else tensor.dtype)
 
 
-def all_gather(intra: MPITransport, inter: MPITransport, out: torch.Tensor, inp: torch.Tensor, chunks: int) -> None:
+def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch.Tensor, chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, inp.numel()
-    host_out, host_in = _staged(out, False), _staged(inp, False)
-    from_nodes = torch.empty(nodes * n, dtype=host_in.dtype)
-    by_local = torch.empty(local * nodes * n, dtype=host_in.dtype)
+    host_out, host_in = _staged(out, False, (intra, inter)), _staged(inp, False, (intra, inter))
+    from_nodes = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
+    by_local = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
     steps = []
     for start, stop in chunk_bounds(n, chunks):
         w = stop - start
@@ -93,12 +98,12 @@ def all_gather(intra: MPITransport, inter: MPITransport, out: torch.Tensor, inp:
         out.copy_(host_out)
 
 
-def reduce_scatter(intra: MPITransport, inter: MPITransport, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp,
+def reduce_scatter(intra: Transport, inter: Transport, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp,
                    chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
-    host_in, host_out = _staged(inp, True), _staged(out, True)
-    packed = torch.empty(local * nodes * n, dtype=host_in.dtype)
-    partial = torch.empty(nodes * n, dtype=host_in.dtype)
+    host_in, host_out = _staged(inp, True, (intra, inter)), _staged(out, True, (intra, inter))
+    packed = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
+    partial = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
     steps = []
     for start, stop in chunk_bounds(n, chunks):
         w = stop - start
@@ -113,18 +118,18 @@ def reduce_scatter(intra: MPITransport, inter: MPITransport, inp: torch.Tensor, 
         out.copy_(host_out)
 
 
-def all_reduce(intra: MPITransport, inter: MPITransport, buf: torch.Tensor, op: ReduceOp, chunks: int) -> None:
+def all_reduce(intra: Transport, inter: Transport, buf: torch.Tensor, op: ReduceOp, chunks: int) -> None:
     local, n = intra.size, buf.numel()
-    host = _staged(buf, True)
+    host = _staged(buf, True, (intra, inter))
     bounds = chunk_bounds(n, chunks, multiple=local)
     width = max(-(-(bounds[0][1] - bounds[0][0]) // local) * local, local)  # whole shards, >= 1 each
     padded_len = width * len(bounds)
     if padded_len == n:
         work = host
     else:  # every chunk a whole number of shards; the padding is discarded
-        work = torch.zeros(padded_len, dtype=host.dtype)
+        work = torch.zeros(padded_len, dtype=host.dtype, device=host.device)
         work[:n].copy_(host)
-    shards = torch.empty(padded_len // local, dtype=host.dtype)
+    shards = torch.empty(padded_len // local, dtype=host.dtype, device=host.device)
     steps = []
     for start in range(0, padded_len, width):
         piece, shard = work[start:start + width], shards[start // local:(start + width) // local]

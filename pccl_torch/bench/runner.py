@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from mpi4py import MPI
 import pccl_torch as pc
 from pccl_torch import compression
 from pccl_torch.bench.backends import Backend, make_call, parse_backends
+from pccl_torch.transport.base import Transport
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +115,13 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
 
 
 def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) -> list[dict]:
-    """Measure every (collective, size, backend); returns the rows (identical on every rank)."""
+    """Measure every (collective, size, backend); returns the rows (identical on every rank). The ranks
+    synchronise and agree over ``comm.world``, so the same loop runs under mpiexec and under torchrun."""
     topo = comm.topology
-    world = MPI.COMM_WORLD
+    world = comm.world
+    if comm.transport != "mpi" and any(b.strip() == "mpi" for b in settings.backends.split(",")):
+        raise ValueError(f"the mpi baseline calls the MPI library directly and needs an MPI launch; pccl runs over "
+                         f"{comm.transport} here (drop mpi from --backends)")
     ranks = topo.world_size
     element = torch.tensor([], dtype=settings.dtype).element_size()
     plan = [(c, s) for c in settings.collectives for s in settings.sizes]
@@ -148,8 +154,9 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         for i, (backend, call) in enumerate(zip(backends, calls)):
             wrong = -1
             if settings.check:
-                wrong = world.allreduce(_count_wrong(collective, call, bufs, topo.rank, ranks, backend.compression),
-                                        op=MPI.SUM)
+                count = torch.tensor([_count_wrong(collective, call, bufs, topo.rank, ranks, backend.compression)])
+                world.native_all_reduce(count, pc.ReduceOp.SUM)
+                wrong = int(count)
             seconds = medians[i]
             algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm, settings.dtype)
                                               if backend.name == "pccl" else "native")
@@ -160,7 +167,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "size_bytes": nbytes, "count": total, "dtype": str(settings.dtype).removeprefix("torch."),
                 "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
-                "iters": iters, "warmup": warmup, "hostname": host, "versions": info,
+                "iters": iters, "warmup": warmup, "hostname": host, "versions": info, "transport": comm.transport,
                 **(confirmed if backend.auto else {}),
             })
         if bar:
@@ -172,21 +179,21 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
 
 
 def _time_interleaved(calls: list[Callable[[], None]], warmup: int, iters: int, bufs: _Buffers,
-                      order: np.random.Generator, world) -> np.ndarray:
+                      order: np.random.Generator, world: Transport) -> np.ndarray:
     """Seconds per (call, timed iteration), of the slowest rank: every call once per iteration, in a
     fresh shuffled order each time, each started from a barrier."""
     samples = np.zeros((len(calls), iters))
     for it in range(warmup + iters):
         for i in order.permutation(len(calls)):
             bufs.reset()
-            world.Barrier()
-            start = MPI.Wtime()
+            world.barrier()
+            start = time.perf_counter()
             calls[i]()
             if it >= warmup:
-                samples[i, it - warmup] = MPI.Wtime() - start
-    slowest = np.empty_like(samples)
-    world.Allreduce(samples, slowest, op=MPI.MAX)  # a collective ends when its last rank does
-    return slowest
+                samples[i, it - warmup] = time.perf_counter() - start
+    slowest = torch.from_numpy(samples)
+    world.native_all_reduce(slowest, pc.ReduceOp.MAX)  # a collective ends when its last rank does
+    return slowest.numpy()
 
 
 def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medians: list[float], iters: int,

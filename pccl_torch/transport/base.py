@@ -9,6 +9,7 @@ algorithms rely on it and use no tags. Buffers are flat, contiguous tensors.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Sequence
 
 import torch
@@ -77,6 +78,48 @@ class Transport(abc.ABC):
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         """In place element-wise ``op`` over every rank's ``tensor``."""
         raise NotImplementedError(f"{self.name} has no native all-reduce")
+
+    # Non-blocking native collectives, for schedules that overlap several (the pipelined hierarchy): each
+    # returns a started request that ``wait`` completes within the transport's deadline.
+    def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> object:
+        """Start the native all-gather of ``inp`` into ``out``; returns the request for :meth:`wait`."""
+        raise NotImplementedError(f"{self.name} has no non-blocking all-gather")
+
+    def start_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> object:
+        """Start the native reduce-scatter: ``out`` receives block ``rank`` of the ``op`` over every ``inp``."""
+        raise NotImplementedError(f"{self.name} has no non-blocking reduce-scatter")
+
+    def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> object:
+        """Start the native in-place all-reduce of ``tensor``."""
+        raise NotImplementedError(f"{self.name} has no non-blocking all-reduce")
+
+    def wait(self, request: object, what: str) -> None:
+        """Complete a request a ``start_*`` call returned, within the deadline."""
+        raise NotImplementedError(f"{self.name} has no non-blocking collectives")
+
+    #: Whether the transport needs host memory (CUDA tensors are staged through it).
+    host_memory_only: bool = False
+
+    def reduces(self, dtype: torch.dtype) -> bool:
+        """Whether the native reductions take tensors of ``dtype`` as they are (else: a float32 copy)."""
+        return True
+
+    def barrier(self) -> None:
+        """Return once every rank has called it (benchmarks start each timed call from one)."""
+        self.native_all_reduce(torch.zeros(1), ReduceOp.SUM)
+
+    def broadcast_json(self, value: object, root: int = 0) -> object:
+        """``root``'s ``value`` (anything ``json`` writes) on every rank: set-up agreement (the selector profile),
+        over the native all-gather, so it works on every transport. Collective; not for the data path."""
+        mine = json.dumps(value).encode() if self.rank == root else b""
+        lengths = torch.empty(self.size, dtype=torch.int64)
+        self.native_all_gather(lengths, torch.tensor([len(mine)], dtype=torch.int64))
+        width = int(lengths.max())
+        rows = torch.empty(self.size * width, dtype=torch.uint8)
+        padded = torch.zeros(width, dtype=torch.uint8)
+        padded[:len(mine)] = torch.frombuffer(bytearray(mine), dtype=torch.uint8) if mine else padded[:0]
+        self.native_all_gather(rows, padded)
+        return json.loads(rows[root * width:root * width + int(lengths[root])].numpy().tobytes())
 
     def abort(self) -> None:
         """After a failure: make peers still waiting on this transport fail at once where the library can

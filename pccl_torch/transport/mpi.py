@@ -217,8 +217,13 @@ class MPITransport(Transport):
         """Complete a started collective within the deadline (driving every other pending one meanwhile)."""
         self._complete([request], [None], what)
 
-    @staticmethod
-    def reduces(dtype: torch.dtype) -> bool:
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    #: MPI gets host buffers (CUDA tensors are staged, once per call, by the schedules that overlap calls).
+    host_memory_only = True
+
+    def reduces(self, dtype: torch.dtype) -> bool:
         """Whether MPI reduces host tensors of ``dtype`` as they are (16-bit floats: no)."""
         return dtype in _MPI_TYPES
 

@@ -52,18 +52,33 @@ class TorchGroupTransport(Transport):
         self._wait([self.group.recv([recv], source, 0), outgoing], [source, dest],
                    f"exchange with ranks {source}/{dest}")
 
-    def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        self._wait([self.group._allgather_base(out, inp)], self.others(), "native all-gather")
+    def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> dist.Work:
+        return self.group._allgather_base(out, inp)
 
-    def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
+    def start_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> dist.Work:
         opts = dist.ReduceScatterOptions()
         opts.reduceOp = _TORCH_OPS[op]
-        self._wait([self.group._reduce_scatter_base(out, inp, opts)], self.others(), "native reduce-scatter")
+        return self.group._reduce_scatter_base(out, inp, opts)
 
-    def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
+    def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> dist.Work:
         opts = dist.AllreduceOptions()
         opts.reduceOp = _TORCH_OPS[op]
-        self._wait([self.group.allreduce([tensor], opts)], self.others(), "native all-reduce")
+        return self.group.allreduce([tensor], opts)
+
+    def wait(self, request: dist.Work, what: str) -> None:
+        self._wait([request], self.others(), what)
+
+    def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        self.wait(self.start_all_gather(out, inp), "native all-gather")
+
+    def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
+        self.wait(self.start_reduce_scatter(out, inp, op), "native reduce-scatter")
+
+    def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
+        self.wait(self.start_all_reduce(tensor, op), "native all-reduce")
+
+    def barrier(self) -> None:
+        self._wait([self.group.barrier()], self.others(), "barrier")
 
     def _wait(self, works: list[dist.Work], peers: Sequence[int], what: str) -> None:
         """Wait for ``works`` within the timeout; a gloo/NCCL failure or timeout becomes ``Stalled``."""

@@ -1,4 +1,5 @@
-"""DeepSpeed ZeRO-1, -2 and -3 on a tiny model, under mpiexec, with --comm_backend pccl or gloo.
+"""DeepSpeed ZeRO-1, -2 and -3 on a tiny model, with --comm_backend pccl or gloo, under mpiexec, torchrun or
+DeepSpeed's own launcher.
 
 Rank 0 writes --json: losses and final parameters per stage, and pccl's counters (pccl backend).
 """
@@ -68,6 +69,7 @@ def main() -> None:
         everything = pc.stats("all")
         result["pccl_calls"] = everything["calls"]
         result["bypassed"] = everything["bypassed"]
+        result["transport"] = everything["transport"]
         result["pccl_groups"] = len(pccl_groups())
         result["delegated"] = dict(sum((pg.delegated for pg in pccl_groups()), Counter()))
     if rank == 0 and args.json:
