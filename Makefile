@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e '.[dev,triton,deepspeed]'
+	$(PY) -m pip install --quiet -e '.[dev,triton,deepspeed,accelerate]'
 	$(PY) -c "import pccl_torch, mpi4py.MPI; print('pccl-torch installed; MPI:', mpi4py.MPI.Get_library_version().splitlines()[0])"
 	touch $(STAMP)
 

@@ -68,3 +68,31 @@ def launch(script: str, ranks: int, *args: str, local_size: int | None = None,
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(command)} did not finish in {timeout_s} s (hang?)\n"
                     f"stdout:\n{exc.stdout}\nstderr:\n{exc.stderr}")
+
+
+def run_checked(command: list[str], environment: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` from the repository root; fail the test (with its output) when it outlives ``timeout_s``."""
+    try:
+        return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{' '.join(command)} did not finish in {timeout_s} s (hang?)\n"
+                    f"stdout:\n{exc.stdout}\nstderr:\n{exc.stderr}")
+
+
+def launcher_environment(local_size: int | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment for a launch with no MPI around it (no PCCL_ALGO; PCCL_LOCAL_SIZE when given)."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("PCCL_ALGO", "PCCL_LOCAL_SIZE", "PCCL_TRANSPORT")}
+    environment["PYTHONWARNINGS"] = "ignore::FutureWarning"
+    if local_size is not None:
+        environment["PCCL_LOCAL_SIZE"] = str(local_size)
+    environment.update(env or {})
+    return environment
+
+
+def torchrun(script: str, ranks: int, *args: str, local_size: int | None = None, timeout_s: float = 600,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (relative to tests/multiprocess) as ``ranks`` processes of one ``torchrun --standalone``
+    (no MPI launch: every process is an MPI singleton)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+               str(HERE / script), *args]
+    return run_checked(command, launcher_environment(local_size, env), timeout_s)

@@ -1,0 +1,123 @@
+"""pccl launched as users launch training: torchrun, DeepSpeed's own launcher and accelerate, with no mpiexec
+(pccl's levels are then torch groups: ``pccl_torch.launcher``), and the torch transport under mpiexec."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import HERE, launch, launcher_environment, run_checked, torchrun
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def _report(path: Path, result) -> dict:
+    assert path.exists(), f"no result (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return json.loads(path.read_text())
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("ranks,local_size", [(3, 1), (4, 2), (6, 3)], ids=["n3-L1", "n4-L2", "n6-L3"])
+def test_torchrun_every_algorithm_ddp_and_fsdp2(ranks: int, local_size: int, tmp_path) -> None:
+    """`torchrun` + `dist.init_process_group("pccl")`: every CPU algorithm against gloo (bitwise), each wire
+    format, DDP and FSDP2 with clip_grad_norm_ giving gloo's losses, all through pccl over torch groups."""
+    out = tmp_path / "launcher.json"
+    report = _report(out, torchrun("launcher_driver.py", ranks, "--json", str(out), local_size=local_size))
+    assert report["failures"] == [] and report["passed"] == ranks
+    for entry in report["ranks"]:
+        assert set(entry["transport"]) == {"torch:gloo"}, entry["transport"]
+        assert entry["topology"] == [ranks // local_size, local_size, 1]
+        assert min(entry["calls"].get(kind, 0) for kind in KINDS) > 0, entry["calls"]
+        assert entry["bypassed"] == {}
+
+
+def _deepspeed_command(launcher: str, ranks: int, *args: str) -> list[str]:
+    script = str(HERE / "deepspeed_driver.py")
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks), script,
+                *args]
+    deepspeed = Path(sys.executable).parent / "deepspeed"
+    if not deepspeed.exists():
+        pytest.skip("DeepSpeed's launcher is not installed beside this Python")
+    from .test_deepspeed import _free_port
+
+    return [str(deepspeed), "--num_gpus", str(ranks), "--master_port", str(_free_port()), script, *args]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
+def test_deepspeed_zero3_without_mpiexec(launcher: str, tmp_path) -> None:
+    """ZeRO-3 with --comm_backend pccl under torchrun and under `deepspeed --num_gpus 4` (its local launcher, no
+    --launcher mpich): gloo's losses and parameters, every AG/RS/AR through pccl over torch groups."""
+    pytest.importorskip("deepspeed")
+    from .test_deepspeed import EXTENSIONS
+
+    reports = {}
+    for backend in ("gloo", "pccl"):
+        out = tmp_path / f"{backend}.json"
+        command = _deepspeed_command(launcher, 4, "--comm_backend", backend, "--stages", "3", "--json", str(out))
+        reports[backend] = _report(out, run_checked(command, launcher_environment(2, EXTENSIONS), 900))
+    pccl, gloo = reports["pccl"], reports["gloo"]
+    assert pccl["default_group"] == "PcclProcessGroup" and pccl["transport"] == {"torch:gloo": pccl["pccl_groups"]}
+    assert min(pccl["stages"]["3"]["pccl_calls"].get(kind, 0) for kind in KINDS) > 0, pccl["stages"]["3"]
+    assert pccl["bypassed"] == {}
+    assert pccl["stages"]["3"]["losses"] == pytest.approx(gloo["stages"]["3"]["losses"], rel=1e-5, abs=1e-6)
+    assert pccl["stages"]["3"]["params"] == pytest.approx(gloo["stages"]["3"]["params"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.multiprocess
+def test_accelerate_launch(tmp_path) -> None:
+    """`accelerate launch` (which starts torchrun) with the process group made pccl before the Accelerator:
+    gloo's losses, the prepared model's all-reduces through pccl."""
+    pytest.importorskip("accelerate")
+    accelerate = Path(sys.executable).parent / "accelerate"
+    results = {}
+    for backend in ("gloo", "pccl"):
+        out = tmp_path / f"{backend}.json"
+        command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "4", "--num_machines", "1",
+                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+                   str(HERE / "accelerate_driver.py"), "--backend", backend, "--json", str(out)]
+        results[backend] = _report(out, run_checked(command, launcher_environment(2), 600))
+    assert results["pccl"]["default_group"] == "PcclProcessGroup"
+    assert results["pccl"]["transport"] == {"torch:gloo": 1}
+    assert results["pccl"]["calls"].get("all_reduce", 0) > 0, results["pccl"]["calls"]
+    assert results["pccl"]["losses"] == pytest.approx(results["gloo"]["losses"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.multiprocess
+def test_every_collective_over_torch_groups_under_mpiexec(tmp_path) -> None:
+    """PCCL_TRANSPORT=torch under mpiexec: the full collective driver (every algorithm, dtype, op, async and
+    in-place form) on the torch transport, checked against its references."""
+    summary = tmp_path / "summary.json"
+    result = launch("driver.py", 4, "--no-large", "--json", str(summary), local_size=2,
+                    env={"PCCL_TRANSPORT": "torch"}, timeout_s=900)
+    report = _report(summary, result)
+    assert report["failed"] == 0, "\n".join(report["failures"][:30])
+    assert report["passed"] > 1000 * 4
+
+
+@pytest.mark.multiprocess
+def test_pccl_bench_under_torchrun(tmp_path) -> None:
+    """pccl-bench run by torchrun (no MPI): results checked, every row over torch groups."""
+    out = tmp_path / "bench.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+               "-m", "pccl_torch.bench.cli", "-b", "4K", "-e", "256K", "-f", "8", "--backends", "pccl,gloo,pccl:all",
+               "--iters", "2", "--warmup", "1", "--check", "--no-progress", "--json", str(out)]
+    result = run_checked(command, launcher_environment(2), 600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = json.loads(out.read_text())
+    assert rows and all(row["wrong"] == 0 for row in rows)
+    assert {row["transport"] for row in rows} == {"torch:gloo"}
+    assert {row["collective"] for row in rows} == set(KINDS)
+
+
+@pytest.mark.multiprocess
+def test_the_mpi_baseline_is_refused_without_mpi() -> None:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "pccl_torch.bench.cli", "-b", "4K", "-e", "4K", "--backends", "pccl,mpi", "--no-progress"]
+    result = run_checked(command, launcher_environment(), 300)
+    assert result.returncode != 0
+    assert "the mpi baseline calls the MPI library directly and needs an MPI launch" in result.stderr
