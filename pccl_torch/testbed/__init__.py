@@ -9,9 +9,9 @@ MPI ranks launched into them (``pccl-testbed``; needs root and iproute2).
     testbed.down(config.prefix)
 """
 
-from pccl_torch.testbed.launch import environment, mpiexec_command, run_environment
+from pccl_torch.testbed.launch import environment, mpiexec_command, run_environment, torchrun_commands
 from pccl_torch.testbed.net import (TestbedConfig, TestbedError, check_tools, down, load_config, parse_rate,
                                     status, up)
 
 __all__ = ["TestbedConfig", "TestbedError", "check_tools", "down", "environment", "load_config",
-           "mpiexec_command", "parse_rate", "run_environment", "status", "up"]
+           "mpiexec_command", "parse_rate", "run_environment", "status", "torchrun_commands", "up"]

@@ -5,6 +5,7 @@ launches into them. Needs root and iproute2 (ip, tc).
     pccl-testbed status                             # what exists, what is wrong; exit 1 unless up
     pccl-testbed probe                              # MPI Sendrecv rate inside a node and between nodes
     pccl-testbed run -np 4 -- python train.py       # 2 ranks per node; pccl detects the nodes itself
+    pccl-testbed torchrun --ppn 2 -- train.py       # one `torchrun --nnodes 2` per node, no MPI
     pccl-bench --testbed -np 4 --local-size 2 ...   # the benchmark across the testbed
     pccl-testbed down                               # remove everything with the prefix (also after a crash)
 """
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     with_prefix(sub.add_parser("down", help="remove everything with the prefix"))
     st = with_prefix(sub.add_parser("status", help="show the testbed; exit 1 unless it is up and complete"))
     st.add_argument("--json", action="store_true", help="print the status as JSON")
+    tr = with_prefix(sub.add_parser("torchrun", help="run a script with one torchrun per node namespace (no MPI)"))
+    tr.add_argument("--ppn", type=int, default=1, help="ranks per node (torchrun --nproc-per-node; default 1)")
+    tr.add_argument("--nodes", type=int, help="nodes to use (default: all of the testbed's)")
+    tr.add_argument("--port", type=int, default=launch.RENDEZVOUS_PORT,
+                    help=f"c10d rendezvous port on node 0 (default {launch.RENDEZVOUS_PORT})")
+    tr.add_argument("command", nargs=argparse.REMAINDER, help="after --: the script and its arguments, or -m module")
     for name, text in (("run", "run a command as MPI ranks in the namespaces"),
                        ("probe", "measure MPI Sendrecv rates inside a node and between nodes")):
         p = with_prefix(sub.add_parser(name, help=text))
@@ -74,6 +81,15 @@ def _launch(args: argparse.Namespace, command: list[str]) -> int:
     return subprocess.run(line, env=launch.run_environment(config)).returncode
 
 
+def _torchrun(args: argparse.Namespace, command: list[str]) -> int:
+    """Start one torchrun per node at once; the worst exit status of them."""
+    config = launch.require(args.prefix)
+    lines = launch.torchrun_commands(config, command, per_node=args.ppn, nodes=args.nodes, port=args.port)
+    env = launch.run_environment(config)
+    agents = [subprocess.Popen(line, env=env) for line in lines]
+    return max(abs(agent.wait()) for agent in agents)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -100,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             return _launch(args, [sys.executable, "-m", "pccl_torch.testbed.probe", "--mbytes", str(args.mbytes)])
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
-            print("pccl-testbed run: no command given (pccl-testbed run -np 4 -- python script.py)", file=sys.stderr)
+            example = "run -np 4 -- python script.py" if args.action == "run" else "torchrun --ppn 2 -- script.py"
+            print(f"pccl-testbed {args.action}: no command given (pccl-testbed {example})", file=sys.stderr)
             return 2
-        return _launch(args, command)
+        return _torchrun(args, command) if args.action == "torchrun" else _launch(args, command)
     except (TestbedError, ValueError) as exc:
         print(f"pccl-testbed: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Launching MPI ranks into the testbed's namespaces with MPICH's hydra.
+"""Launching ranks into the testbed's namespaces: MPI ranks with MPICH's hydra, or one torchrun per node.
 
 ``mpiexec`` itself runs in node 0's namespace, with the nodes' addresses as its host list
 (``-hosts 10.77.0.1:L,10.77.0.2:L,...``: blocks of L consecutive ranks per node). Hydra starts its proxy
@@ -14,6 +14,10 @@ netmod; UCX, MPICH's default here, would still find the other namespace's ranks 
 ``UCX_NET_DEVICES=pccl0``; ``FI_PROVIDER=tcp``/``FI_TCP_IFACE`` for the OFI netmod), and that traffic
 crosses the shaped links. torch.distributed's rendezvous and gloo use node 0's address and the node's
 link (``MASTER_ADDR``, ``GLOO_SOCKET_IFNAME``).
+
+:func:`torchrun_commands` launches as a multi-node torchrun job does instead: one ``torchrun --nnodes N`` in
+each namespace, meeting at the c10d rendezvous on node 0's address; pccl then finds the nodes from torchrun's
+``GROUP_RANK`` and runs its levels over gloo groups (``pccl_torch.launcher``).
 """
 
 from __future__ import annotations
@@ -102,6 +106,28 @@ def mpiexec_command(config: TestbedConfig, command: list[str], *, nprocs: int | 
     hosts = ",".join(f"{config.address(k)}:{per_node}" for k in range(nprocs // per_node))
     return [ip_path(), "netns", "exec", config.namespace(0), mpiexec or default_mpiexec(), "-hosts", hosts,
             "-launcher", "ssh", "-launcher-exec", str(launcher), "-n", str(nprocs), *command]
+
+
+RENDEZVOUS_PORT = 29400
+"""Port of torchrun's c10d rendezvous on node 0's address."""
+
+
+def torchrun_commands(config: TestbedConfig, command: list[str], *, per_node: int, nodes: int | None = None,
+                      port: int = RENDEZVOUS_PORT) -> list[list[str]]:
+    """One ``torchrun --nnodes N --nproc-per-node per_node`` per node namespace, all meeting at the c10d
+    rendezvous on node 0's address, each running ``command`` (a script and its arguments, or ``-m module ...``):
+    a multi-node torchrun launch, with no MPI. Run them at once, with :func:`run_environment`."""
+    nodes = config.nodes if nodes is None else nodes
+    if not 1 <= nodes <= config.nodes or per_node < 1:
+        raise TestbedError(f"{nodes} nodes of {per_node} ranks do not fit testbed {config.prefix} "
+                           f"({config.nodes} nodes)")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node",
+                str(per_node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{config.address(0)}:{port}",
+                "--rdzv-id", f"pccl-testbed-{config.prefix}"]
+    # --local-addr: each node's own address, which its workers then reach the elected master by (the machine's
+    # host name, torchrun's default, resolves to the namespace's own address in every namespace).
+    return [[ip_path(), "netns", "exec", config.namespace(k), *launcher, "--local-addr", config.address(k), *command]
+            for k in range(nodes)]
 
 
 def run_environment(config: TestbedConfig, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pccl_torch.testbed import TestbedConfig, TestbedError, check_tools, down, mpiexec_command, run_environment
+from pccl_torch.testbed import (TestbedConfig, TestbedError, check_tools, down, mpiexec_command, run_environment,
+                                torchrun_commands)
 from pccl_torch.testbed import net
 
 from .conftest import HERE, ROOT
@@ -77,6 +78,31 @@ def test_hierarchical_collectives_across_namespaces(testbed: TestbedConfig) -> N
     # MPI between namespaces goes through the shaped links; inside a namespace it does not.
     assert report["inter_mbit"] <= 1.15 * RATE_MBIT, report
     assert report["intra_mbit"] >= 2 * RATE_MBIT, report
+
+
+@pytest.mark.multiprocess
+def test_torchrun_across_namespaces(testbed: TestbedConfig, tmp_path) -> None:
+    """One `torchrun --nnodes 2` per namespace, c10d rendezvous on node 0, no MPI: pccl finds the two nodes from
+    torchrun's GROUP_RANK, and every algorithm (the hierarchical ones across the shaped link), DDP and FSDP2
+    match gloo."""
+    out = tmp_path / "torchrun.json"
+    lines = torchrun_commands(testbed, [str(HERE / "launcher_driver.py"), "--json", str(out)], per_node=2)
+    env = {k: v for k, v in run_environment(testbed).items() if k not in ("PCCL_ALGO", "PCCL_TRANSPORT")}
+    agents = [subprocess.Popen(line, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for line in lines]
+    try:
+        logs = [agent.communicate(timeout=400)[0] for agent in agents]
+    except subprocess.TimeoutExpired:
+        for agent in agents:
+            agent.kill()
+        pytest.fail("torchrun across the testbed did not finish in 400 s")
+    assert out.exists(), "\n".join(log[-3000:] for log in logs)
+    report = json.loads(out.read_text())
+    assert report["failures"] == [] and report["passed"] == 4
+    for entry in report["ranks"]:
+        assert entry["transport"] == {"torch:gloo": 1}
+        assert entry["topology"] == [2, 2, 2]  # 2 nodes of 2, on 2 networked hosts
+    assert sorted(entry["launcher"]["GROUP_RANK"] for entry in report["ranks"]) == ["0", "0", "1", "1"]
 
 
 @pytest.mark.multiprocess
