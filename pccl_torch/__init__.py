@@ -1,7 +1,7 @@
 """pccl-torch: hierarchical, algorithm-selecting collectives for PyTorch over mpi4py and torch.distributed.
 
     import pccl_torch
-    comm = pccl_torch.init()                      # under mpiexec; PCCL_LOCAL_SIZE=k emulates nodes
+    comm = pccl_torch.init()                      # under mpiexec or torchrun; PCCL_LOCAL_SIZE=k emulates nodes
     pccl_torch.all_reduce(t)                      # algorithm chosen per call
     pccl_torch.all_gather_into_tensor(out, t, algorithm="hier:bruck")
     pccl_torch.shutdown()

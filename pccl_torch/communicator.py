@@ -1,4 +1,5 @@
-"""The communicator: topology plus the transports of each level, created from an ``mpiexec`` launch.
+"""The communicator: topology plus the transports of each level, created from an ``mpiexec`` launch (without
+one, under torchrun or DeepSpeed's launcher, the levels are torch groups: see ``pccl_torch.launcher``).
 
 ``init()`` is collective over the MPI communicator (``COMM_WORLD`` by default):
 1. duplicate it (pccl's traffic never mixes with the user's);
