@@ -30,29 +30,32 @@ from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes
 from pccl_torch.work import Work
 
 def init(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
-         timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None) -> Communicator:
+         timeout: datetime.timedelta = DEFAULT_TIMEOUT, check: bool | None = None,
+         tune: str | None = None) -> Communicator:
     """Create the default communicator (``communicator.create``: collective over ``comm``, default
-    ``MPI.COMM_WORLD``) with its algorithm choice, and return it."""
+    ``MPI.COMM_WORLD``) with its algorithm choice, and return it. ``tune``: ``"online"`` or ``"off"``
+    (default ``PCCL_TUNE``, else off; ``pccl_torch.tuning``)."""
     require_uninitialized()
     created = create(comm, local_size=local_size, device=device, timeout=timeout, check=check)
-    attach(created)
+    attach(created, tune)
     return set_default(created)
 
 
 def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
-          dtype: torch.dtype, compression: str | None = None) -> Plan:
+          dtype: torch.dtype, compression: str | None = None, *, issued: bool = True) -> Plan:
     """The one place algorithms (and wire formats) are chosen (see ``pccl_torch.choice``)."""
     choice = comm.choice
     if choice is None:
         choice = choice_of(comm)
-    return choice.plan(comm, collective, algorithm, nbytes, dtype, compression)  # type: ignore[attr-defined]
+    return choice.plan(comm, collective, algorithm, nbytes, dtype, compression,  # type: ignore[attr-defined]
+                       issued=issued)
 
 
 def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,
                      dtype: torch.dtype = torch.float32) -> str:
     """The algorithm ``algorithm=None`` would run for a call of ``collective`` on ``nbytes`` (full buffer)."""
     comm = comm or default_communicator()
-    return _plan(comm, collective, None, nbytes, dtype).name
+    return _plan(comm, collective, None, nbytes, dtype, issued=False).name
 
 
 def _launch(comm: Communicator, plan: Plan, dtype: torch.dtype, numel: int, op: ReduceOp | None,
@@ -80,7 +83,10 @@ def _run(comm: Communicator, plan: Plan, sequence: int, dtype: torch.dtype, nume
             agree(comm, Signature(plan.collective, plan.name, dtype, numel, op.value if op else "none"), sequence)
         start = perf_counter()
         result = body()
-        comm.stats.record(plan, numel * dtype.itemsize, perf_counter() - start)
+        seconds = perf_counter() - start
+        comm.stats.record(plan, numel * dtype.itemsize, seconds)
+        if plan.probe is not None:
+            plan.probe(seconds)
         return result
     except PcclMismatchError:
         raise  # found before any data moved: the communicator is still sound

@@ -5,7 +5,9 @@ NCCL reads ``NCCL_ALGO``), the selector (rank 0's profile, broadcast, so every r
 the plans already resolved per call shape. Order: explicit ``algorithm=``, then ``PCCL_ALGO``, then the
 selector, then the heuristic; across a network (several hosts) the measured rule of
 ``heuristic.networked_choice`` comes before the selector, whose profile cannot tell a network from memory. A plan whose intra-node library does not serve the communicator's device
-fails here, before any communication; a pipelined plan gets its chunk count here (``sim.pipeline``).
+fails here, before any communication; a pipelined plan gets its chunk count here (``sim.pipeline``). With
+online tuning (``PCCL_TUNE=online``, ``pccl_torch.tuning``) the calls that leave the choice to pccl (no
+``algorithm=``, no ``PCCL_ALGO``, exact) try that choice and the model's next best in turn, then keep the fastest.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pccl_torch import heuristic
+from pccl_torch import heuristic, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
-from pccl_torch.plan import Plan, env_overrides, resolve
+from pccl_torch.plan import Plan, env_overrides, names_for, resolve
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.sim.pipeline import pipeline_chunks
 from pccl_torch.transport.base import Transport
+from pccl_torch.tuning import Tuner
 
 _PLANS_MAX = 4096
 
@@ -40,11 +43,14 @@ class Choice:
     """``PCCL_COMPRESSION`` per collective (read once, like ``PCCL_ALGO``)."""
     plans: dict[tuple, Plan] = field(default_factory=dict, repr=False)
     """Resolved plans per (collective, algorithm or None, bytes, dtype, compression argument)."""
+    tuner: Tuner | None = None
+    """Online tuning (``PCCL_TUNE=online``): the calls that leave the choice to pccl time its candidates."""
 
     def plan(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
-             dtype: torch.dtype, compression: str | None = None) -> Plan:
+             dtype: torch.dtype, compression: str | None = None, *, issued: bool = True) -> Plan:
         """The plan of one call; a repeated call shape pays one dict lookup. An explicit ``compression``
-        that does not apply to ``dtype`` raises (before any communication)."""
+        that does not apply to ``dtype`` raises (before any communication). ``issued=False``: a question
+        (``choose_algorithm``), not a call: online tuning answers with its current choice and counts nothing."""
         key = (collective, algorithm, nbytes, dtype, compression)
         plan = self.plans.get(key)
         if plan is None:
@@ -55,7 +61,32 @@ class Choice:
             if len(self.plans) >= _PLANS_MAX:  # bounded: programs with ever-new sizes start over
                 self.plans.clear()
             self.plans[key] = plan
+        if self.tuner is not None and algorithm is None and plan.compression is None and \
+                collective not in self.overrides:
+            key = tuning.shape_key(collective, nbytes, dtype)
+            if not issued:
+                chosen = self.tuner.locked.get(key, plan.name)
+                return plan if chosen == plan.name else self.plan(comm, collective, chosen, nbytes, dtype)
+            return self.tuner.plan(comm, key, plan,
+                                   lambda: self._alternatives(comm, collective, plan.name, nbytes),
+                                   lambda name: self.plan(comm, collective, name, nbytes, dtype))
         return plan
+
+    def _alternatives(self, comm: Communicator, collective: Collective, chosen: str, nbytes: int) -> list[str]:
+        """What online tuning may try beside ``chosen``: the pool's names that run here, best predicted first by
+        the selector's cost model where the profile has one, none predicted ``SLOWER_BOUND`` times its best."""
+        topo = comm.topology
+        valid = names_for(collective, comm.device.type)
+        pool = [n for n in tuning.POOL if n in valid and n != chosen and (topo.is_hierarchical or ":" not in n)]
+        machine = self.selector.machine_profile() if self.selector is not None else None
+        if machine is None or not pool:
+            return pool
+        from pccl_torch.sim import costs
+
+        predicted = {n: costs.predict(collective, n, max(nbytes, 1), topo.num_nodes, topo.local_size, machine)
+                     for n in [chosen, *pool]}
+        best = min(predicted.values())
+        return sorted((n for n in pool if predicted[n] <= tuning.SLOWER_BOUND * best), key=predicted.__getitem__)
 
     def _decide(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
                 dtype: torch.dtype) -> Plan:
@@ -95,10 +126,17 @@ def _agreed_selector(world: Transport) -> Selector | None:
     return None if text is None else Selector(Profile.from_json(text, origin), origin)
 
 
-def attach(comm: Communicator) -> Choice:
-    """Give ``comm`` its choice state. Collective over the communicator (the profile is broadcast)."""
-    comm.choice = Choice(selector=_agreed_selector(comm.world))
-    return comm.choice
+def attach(comm: Communicator, tune: str | None = None) -> Choice:
+    """Give ``comm`` its choice state. Collective over the communicator (the profile is broadcast, and with
+    online tuning (``tune``, else ``PCCL_TUNE``) rank 0's cached choices for this layout)."""
+    choice = Choice(selector=_agreed_selector(comm.world))
+    if tuning.mode_from_env(tune) == "online":
+        layout, path = tuning.layout_of(comm), tuning.default_cache()
+        cached = tuning.cached_choices(path, layout) if comm.topology.rank == 0 else None
+        choice.tuner = tuning.Tuner(layout, path if comm.topology.rank == 0 else None)
+        choice.tuner.adopt(comm.world.broadcast_json(cached) or {}, str(path), tuning.valid_names(comm.device.type))
+    comm.choice = choice
+    return choice
 
 
 def choice_of(comm: Communicator) -> Choice:

@@ -22,7 +22,9 @@ def stats(source: Source = None) -> dict[str, dict]:
     ``algorithms`` (``"collective:algorithm" -> calls``); ``bypassed``: all-gathers, reduce-scatters and
     all-reduces that pccl process groups handed to the vendor library (tensors on a device pccl was not
     given), by ProcessGroup method; ``transport``: communicators by what carries their levels (``mpi`` under an
-    MPI launch, ``torch:gloo`` / ``torch:nccl`` without one: ``pccl_torch.launcher``).
+    MPI launch, ``torch:gloo`` / ``torch:nccl`` without one: ``pccl_torch.launcher``); ``tuning``: with online tuning,
+    each call shape's candidates and their agreed times in microseconds, the one chosen and whether it was tuned
+    in this run or read from the cache (``pccl_torch.tuning``).
 
     ``source``: None, the communicator of ``init()``; a :class:`Communicator`; a ``pccl`` process group (its
     communicators); ``"all"``, every live communicator and pccl group of this process, summed.
@@ -49,4 +51,7 @@ def stats(source: Source = None) -> dict[str, dict]:
         totals["transport"][comm.transport] += 1
     for group in groups:
         totals["bypassed"].update(bypassed(group))
-    return {key: dict(counter) for key, counter in totals.items()}
+    result: dict[str, dict] = {key: dict(counter) for key, counter in totals.items()}
+    result["tuning"] = {key: entry for comm in comms if comm.choice is not None and comm.choice.tuner is not None
+                        for key, entry in comm.choice.tuner.report.items()}
+    return result

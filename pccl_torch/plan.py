@@ -121,6 +121,9 @@ class Plan:
     the inter-node phase of a hierarchical plan, every message of a flat one; the compressed schedules
     (``compression.schedules``) replace the named one there. None: exact."""
 
+    probe: Callable[[float], None] | None = dataclasses.field(default=None, compare=False, repr=False)
+    """Called with the call's seconds after it ran (online tuning's trial calls, ``pccl_torch.tuning``)."""
+
     @property
     def pipelined(self) -> bool:
         return self.schedule is None

@@ -1,0 +1,199 @@
+"""Online tuning (``PCCL_TUNE=online``): a training job repeats the same few call shapes thousands of times, so it
+can time its own choices instead of trusting a model trained elsewhere.
+
+For a new call shape (collective, bytes, dtype) the first ``len(candidates) * TRIALS`` calls run the candidates
+in turn: the choice the model would make first (so a shape called once costs nothing), then the model's next
+best, never one it predicts :data:`SLOWER_BOUND` times slower than its best. Every rank times its own calls; at
+the next call of the shape the ranks agree on each candidate's time as the slowest rank's median (one
+all-reduce over ``comm.world``, after the queued calls have finished), so every rank locks in the same fastest
+one whatever its clock or load. Decisions go to a cache file (rank 0 writes it; every rank reads rank 0's copy
+at the next run), keyed by the layout, the transport and the device, so a rerun explores nothing; an entry that
+does not belong there (another layout, an unknown algorithm, a corrupt file) is rejected with a warning and
+never run. ``pccl_torch.stats()["tuning"]`` shows what was tried and chosen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from pccl_torch.ops import ReduceOp
+from pccl_torch.plan import Plan, names_for
+
+log = logging.getLogger(__name__)
+
+TUNE_ENV = "PCCL_TUNE"
+TUNE_MODES = ("off", "online")
+CACHE_ENV = "PCCL_TUNE_CACHE"
+CACHE_FORMAT = "pccl-tuned-choices"
+TRIALS = 3
+"""Timed calls of each candidate (the median is kept: one slow call does not decide)."""
+CANDIDATES = 3
+"""Candidates per shape: the model's choice and its next best."""
+SLOWER_BOUND = 4.0
+"""Never explore a candidate the model predicts this many times slower than its best."""
+MAX_SHAPES = 256
+"""Shapes explored per communicator; beyond it (programs with ever-new sizes) the model decides alone."""
+POOL = ("mpi", "hier:mpi", "hier:ring", "hier:pipelined", "ring", "rabenseifner", "vendor")
+"""Where alternatives come from: the flat library call, the hierarchical compositions, the flat schedules."""
+
+
+def mode_from_env(explicit: str | None = None) -> str:
+    """``explicit`` (``init(tune=...)``), else ``PCCL_TUNE`` (unset: ``off``); anything else raises."""
+    mode = (explicit if explicit is not None else os.environ.get(TUNE_ENV, "")).strip().lower() or TUNE_MODES[0]
+    if mode not in TUNE_MODES:
+        raise ValueError(f"{TUNE_ENV}={mode!r} is not a valid mode; expected one of {', '.join(TUNE_MODES)}")
+    return mode
+
+
+def default_cache() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pccl-torch"
+    return Path(os.environ[CACHE_ENV]) if os.environ.get(CACHE_ENV, "").strip() else base / "tuned.json"
+
+
+def shape_key(collective: str, nbytes: int, dtype: torch.dtype) -> str:
+    return f"{collective}:{nbytes}:{str(dtype).removeprefix('torch.')}"
+
+
+@dataclass
+class Exploration:
+    """One shape being tuned: the candidates, the times this rank measured, the calls issued so far."""
+
+    candidates: list[Plan]
+    samples: list[list[float]] = field(default_factory=list)
+    issued: int = 0
+
+    def __post_init__(self) -> None:
+        self.samples = [[] for _ in self.candidates]
+
+    @property
+    def exploring(self) -> bool:
+        return self.issued < len(self.candidates) * TRIALS
+
+    def next_plan(self) -> Plan:
+        """The candidate of the next call, with a probe recording its time."""
+        index = self.issued % len(self.candidates)
+        self.issued += 1
+        return dataclasses.replace(self.candidates[index], probe=self.samples[index].append)
+
+
+@dataclass
+class Tuner:
+    """The online-tuning state of one communicator (identical decisions on every rank)."""
+
+    layout: dict
+    """What a cache entry must match: ranks, nodes, ranks per node, hosts, transport, device."""
+    cache_path: Path | None = None
+    locked: dict[str, str] = field(default_factory=dict)
+    """Shape -> the algorithm chosen (online or from the cache)."""
+    report: dict[str, dict] = field(default_factory=dict)
+    """Shape -> {"tried": {algorithm: slowest rank's median us}, "chosen": ..., "source": online|cache}."""
+    exploring: dict[str, Exploration] = field(default_factory=dict)
+
+    def plan(self, comm, key: str, default: Plan, alternatives: Callable[[], list[str]],
+             make: Callable[[str], Plan]) -> Plan:
+        """The plan of the next call of shape ``key`` (called in issue order, the same on every rank):
+        ``default`` is the model's choice, ``alternatives`` the model's next best names, ``make`` a name's plan."""
+        chosen = self.locked.get(key)
+        if chosen is not None:
+            return default if chosen == default.name else make(chosen)
+        trial = self.exploring.get(key)
+        if trial is None:
+            if len(self.exploring) + len(self.report) >= MAX_SHAPES:
+                return default
+            names = [n for n in alternatives() if n != default.name][:CANDIDATES - 1]
+            if not names:
+                self.locked[key] = default.name
+                return default
+            trial = self.exploring[key] = Exploration([default, *map(make, names)])
+        if trial.exploring:
+            return trial.next_plan()
+        return self._lock(comm, key, trial)
+
+    def _lock(self, comm, key: str, trial: Exploration) -> Plan:
+        """Agree on the fastest candidate: every queued call done, then the slowest rank's median of each."""
+        comm.executor.drain()
+        medians = torch.tensor([statistics.median(s) if s else float("inf") for s in trial.samples],
+                               dtype=torch.float64)
+        comm.world.native_all_reduce(medians, ReduceOp.MAX)
+        winner = trial.candidates[int(torch.argmin(medians))]
+        del self.exploring[key]
+        self.locked[key] = winner.name
+        self.report[key] = {"tried": {p.name: round(float(t) * 1e6, 1) for p, t in zip(trial.candidates, medians)},
+                            "chosen": winner.name, "source": "online"}
+        if comm.topology.rank == 0:
+            log.info("pccl tuning: %s -> %s (%s)", key, winner.name, self.report[key]["tried"])
+            self._save()
+        return winner
+
+    # -- the cache --------------------------------------------------------------------------------------
+    def adopt(self, entries: dict[str, str], origin: str, valid: Callable[[str], list[str]]) -> None:
+        """Take the cache's choices (``shape -> algorithm``), rejecting any that could not run here."""
+        for key, name in entries.items():
+            collective = key.split(":", 1)[0]
+            if not isinstance(name, str) or name not in valid(collective):
+                log.warning("pccl tuning: ignoring cache entry %s -> %r from %s: not an algorithm of %s here",
+                            key, name, origin, collective)
+                continue
+            self.locked[key] = name
+            self.report[key] = {"tried": {}, "chosen": name, "source": "cache"}
+
+    def _save(self) -> None:
+        if self.cache_path is None:
+            return
+        document = _read(self.cache_path)
+        entries = [e for e in document.get("entries", []) if isinstance(e, dict) and e.get("layout") != self.layout]
+        entries.append({"layout": self.layout, "choices": dict(self.locked)})
+        try:
+            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.cache_path.with_suffix(".tmp")
+            temporary.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
+            temporary.replace(self.cache_path)
+        except OSError as exc:
+            log.warning("pccl tuning: cannot write %s: %s", self.cache_path, exc.strerror)
+
+
+def _read(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("pccl tuning: ignoring the unreadable cache %s: %s", path, exc)
+        return {}
+    if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT:
+        log.warning("pccl tuning: ignoring %s: not a pccl tuning cache (format %r)", path,
+                    document.get("format") if isinstance(document, dict) else type(document).__name__)
+        return {}
+    return document
+
+
+def cached_choices(path: Path, layout: dict) -> dict[str, str]:
+    """The choices ``path`` holds for ``layout`` (rank 0 reads it; the others get them broadcast)."""
+    for entry in _read(path).get("entries", []):
+        if isinstance(entry, dict) and entry.get("layout") == layout and isinstance(entry.get("choices"), dict):
+            return dict(entry["choices"])
+    return {}
+
+
+def layout_of(comm) -> dict:
+    t = comm.topology
+    return {"ranks": t.world_size, "nodes": t.num_nodes, "local_size": t.local_size, "hosts": t.hosts,
+            "transport": comm.transport, "device": comm.device.type}
+
+
+def valid_names(device: str) -> Callable[[str], list[str]]:
+    def names(collective: str) -> list[str]:
+        try:
+            return names_for(collective, device)  # type: ignore[arg-type]
+        except (ValueError, KeyError):
+            return []
+    return names
