@@ -67,7 +67,7 @@ class Choice:
             if not issued:
                 chosen = self.tuner.locked.get(key, plan.name)
                 return plan if chosen == plan.name else self.plan(comm, collective, chosen, nbytes, dtype)
-            return self.tuner.plan(comm, key, plan,
+            return self.tuner.plan(comm, key, nbytes, plan,
                                    lambda: self._alternatives(comm, collective, plan.name, nbytes),
                                    lambda name: self.plan(comm, collective, name, nbytes, dtype))
         return plan

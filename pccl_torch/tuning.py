@@ -1,12 +1,12 @@
 """Online tuning (``PCCL_TUNE=online``): a training job repeats the same few call shapes thousands of times, so it
 can time its own choices instead of trusting a model trained elsewhere.
 
-For a new call shape (collective, bytes, dtype) the first ``len(candidates) * TRIALS`` calls run the candidates
-in turn: the choice the model would make first (so a shape called once costs nothing), then the model's next
+For a new call shape (collective, bytes, dtype) the first ``len(candidates) * trials`` calls run the candidates
+in turn (:data:`TRIALS` each, :data:`SMALL_TRIALS` for small calls): the choice the model would make first (so a shape called once costs nothing), then the model's next
 best, never one it predicts :data:`SLOWER_BOUND` times slower than its best. Every rank times its own calls; at
 the next call of the shape the ranks agree on each candidate's time as the slowest rank's median (one
-all-reduce over ``comm.world``, after the queued calls have finished), so every rank locks in the same fastest
-one whatever its clock or load. Decisions go to a cache file (rank 0 writes it; every rank reads rank 0's copy
+all-reduce over ``comm.world``, after the queued calls have finished), so every rank locks in the same one
+whatever its clock or load: the fastest, when it beats the model's choice by more than :data:`SWITCH_MARGIN`. Decisions go to a cache file (rank 0 writes it; every rank reads rank 0's copy
 at the next run), keyed by the layout, the transport and the device, so a rerun explores nothing; an entry that
 does not belong there (another layout, an unknown algorithm, a corrupt file) is rejected with a warning and
 never run. ``pccl_torch.stats()["tuning"]`` shows what was tried and chosen.
@@ -35,7 +35,14 @@ TUNE_MODES = ("off", "online")
 CACHE_ENV = "PCCL_TUNE_CACHE"
 CACHE_FORMAT = "pccl-tuned-choices"
 TRIALS = 3
-"""Timed calls of each candidate (the median is kept: one slow call does not decide)."""
+"""Timed calls of each candidate from :data:`SMALL_BYTES` on (the median is kept: one slow call does not decide)."""
+SMALL_TRIALS = 7
+"""Timed calls of each candidate below :data:`SMALL_BYTES`: cheap calls whose times jitter by milliseconds where
+ranks share cores (3 calls each chose worse than the model at 7 of 15 testbed points, 1 Gbit/s)."""
+SMALL_BYTES = 1 << 20
+SWITCH_MARGIN = 0.9
+"""An alternative replaces the model's choice only when its agreed time is below this fraction of the choice's:
+the model's choice is the prior, and a difference inside the noise keeps it."""
 CANDIDATES = 3
 """Candidates per shape: the model's choice and its next best."""
 SLOWER_BOUND = 4.0
@@ -68,6 +75,7 @@ class Exploration:
     """One shape being tuned: the candidates, the times this rank measured, the calls issued so far."""
 
     candidates: list[Plan]
+    trials: int = TRIALS
     samples: list[list[float]] = field(default_factory=list)
     issued: int = 0
 
@@ -76,7 +84,7 @@ class Exploration:
 
     @property
     def exploring(self) -> bool:
-        return self.issued < len(self.candidates) * TRIALS
+        return self.issued < len(self.candidates) * self.trials
 
     def next_plan(self) -> Plan:
         """The candidate of the next call, with a probe recording its time."""
@@ -98,7 +106,7 @@ class Tuner:
     """Shape -> {"tried": {algorithm: slowest rank's median us}, "chosen": ..., "source": online|cache}."""
     exploring: dict[str, Exploration] = field(default_factory=dict)
 
-    def plan(self, comm, key: str, default: Plan, alternatives: Callable[[], list[str]],
+    def plan(self, comm, key: str, nbytes: int, default: Plan, alternatives: Callable[[], list[str]],
              make: Callable[[str], Plan]) -> Plan:
         """The plan of the next call of shape ``key`` (called in issue order, the same on every rank):
         ``default`` is the model's choice, ``alternatives`` the model's next best names, ``make`` a name's plan."""
@@ -113,7 +121,8 @@ class Tuner:
             if not names:
                 self.locked[key] = default.name
                 return default
-            trial = self.exploring[key] = Exploration([default, *map(make, names)])
+            trial = self.exploring[key] = Exploration([default, *map(make, names)],
+                                                      SMALL_TRIALS if nbytes < SMALL_BYTES else TRIALS)
         if trial.exploring:
             return trial.next_plan()
         return self._lock(comm, key, trial)
@@ -124,7 +133,8 @@ class Tuner:
         medians = torch.tensor([statistics.median(s) if s else float("inf") for s in trial.samples],
                                dtype=torch.float64)
         comm.world.native_all_reduce(medians, ReduceOp.MAX)
-        winner = trial.candidates[int(torch.argmin(medians))]
+        best = int(torch.argmin(medians))
+        winner = trial.candidates[best if medians[best] < SWITCH_MARGIN * medians[0] else 0]
         del self.exploring[key]
         self.locked[key] = winner.name
         self.report[key] = {"tried": {p.name: round(float(t) * 1e6, 1) for p, t in zip(trial.candidates, medians)},

@@ -17,6 +17,8 @@ JSON_FIELDS = (
 #: Present on auto rows only, with ``--confirm N``: the head-to-head re-timing of auto against the fastest
 #: fixed algorithms (``auto_vs_best_fixed`` > 1: auto slower).
 CONFIRM_FIELDS = ("confirm_iters", "confirm_auto_us", "confirm_fixed", "confirm_fixed_us", "auto_vs_best_fixed")
+#: Present on exact auto rows only, with online tuning (PCCL_TUNE=online): what was tried and chosen.
+TUNING_FIELDS = ("tuning",)
 
 
 def _label(row: dict) -> str:
@@ -84,10 +86,10 @@ def format_footer(rows: list[dict]) -> list[str]:
 
 
 def write_json(rows: list[dict], path: str | Path) -> None:
-    """One object per row with exactly :data:`JSON_FIELDS`, plus :data:`CONFIRM_FIELDS` where measured
+    """One object per row with exactly :data:`JSON_FIELDS`, plus :data:`CONFIRM_FIELDS` and :data:`TUNING_FIELDS` where measured
     (schema in the README)."""
     with open(path, "w") as fh:
-        json.dump([{k: r[k] for k in JSON_FIELDS + CONFIRM_FIELDS if k in r} for r in rows], fh, indent=1)
+        json.dump([{k: r[k] for k in JSON_FIELDS + CONFIRM_FIELDS + TUNING_FIELDS if k in r} for r in rows], fh, indent=1)
 
 
 def plot(rows: list[dict], path: str | Path) -> None:

@@ -16,7 +16,7 @@ import torch
 from mpi4py import MPI
 
 import pccl_torch as pc
-from pccl_torch import compression
+from pccl_torch import compression, tuning
 from pccl_torch.bench.backends import Backend, make_call, parse_backends
 from pccl_torch.transport.base import Transport
 
@@ -148,6 +148,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         # order everywhere), so that no backend always follows the same one: on an oversubscribed machine
         # a call right after a gloo collective runs measurably slower.
         order = np.random.default_rng(len(plan) * 7919 + size)
+        tuned = _tune_auto(comm, backends, calls, bufs, tuning.shape_key(collective, nbytes, settings.dtype))
         slowest = _time_interleaved(calls, warmup, iters, bufs, order, world)
         medians = [statistics.median(times) for times in slowest]
         confirmed = _confirm_auto(backends, calls, medians, settings.confirm, bufs, order, world)
@@ -169,6 +170,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
                 "iters": iters, "warmup": warmup, "hostname": host, "versions": info, "transport": comm.transport,
                 **(confirmed if backend.auto else {}),
+                **(tuned if backend.auto and backend.compression is None else {}),
             })
         if bar:
             bar.update()
@@ -194,6 +196,23 @@ def _time_interleaved(calls: list[Callable[[], None]], warmup: int, iters: int, 
     slowest = torch.from_numpy(samples)
     world.native_all_reduce(slowest, pc.ReduceOp.MAX)  # a collective ends when its last rank does
     return slowest.numpy()
+
+
+def _tune_auto(comm: pc.Communicator, backends: list[Backend], calls: list[Callable[[], None]], bufs: _Buffers,
+               key: str) -> dict:
+    """With online tuning (``PCCL_TUNE=online``): run pccl's exact automatic call until its shape is tuned, before
+    anything is timed, so the auto row times the choice rather than the exploration. Returns the auto row's
+    ``tuning`` field (what was tried and chosen); empty without tuning."""
+    tuner = comm.choice.tuner if comm.choice is not None else None
+    auto = [i for i, b in enumerate(backends) if b.auto and b.compression is None]
+    if tuner is None or not auto:
+        return {}
+    for _ in range(tuning.CANDIDATES * max(tuning.TRIALS, tuning.SMALL_TRIALS) + 1):  # the same calls on every rank: the tuner decides alike
+        if key in tuner.locked:
+            break
+        bufs.reset()
+        calls[auto[0]]()
+    return {"tuning": tuner.report.get(key, {"chosen": tuner.locked.get(key), "source": "model"})}
 
 
 def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medians: list[float], iters: int,

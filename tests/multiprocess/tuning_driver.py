@@ -23,7 +23,7 @@ from pccl_torch.choice import choice_of
 
 SHAPES = [("all_reduce", 1 << 16), ("all_reduce", 1 << 20), ("all_gather", 1 << 20), ("reduce_scatter", 1 << 20)]
 """(collective, bytes of the full buffer), float32."""
-CALLS = 12
+CALLS = 24
 
 
 def _skew(seed: int) -> threading.Event:

@@ -1,0 +1,74 @@
+"""Online tuning's pieces that need no ranks: the mode, the cache file, and which cache entries are taken."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pccl_torch import tuning
+from pccl_torch.tuning import CACHE_FORMAT, Tuner, cached_choices, mode_from_env, valid_names
+
+LAYOUT = {"ranks": 4, "nodes": 2, "local_size": 2, "hosts": 2, "transport": "mpi", "device": "cpu"}
+
+
+def test_mode_defaults_to_off_and_is_validated(monkeypatch) -> None:
+    monkeypatch.delenv("PCCL_TUNE", raising=False)
+    assert mode_from_env() == "off"
+    monkeypatch.setenv("PCCL_TUNE", "Online")
+    assert mode_from_env() == "online"
+    assert mode_from_env("off") == "off"  # init(tune=...) wins over the variable
+    with pytest.raises(ValueError, match=r"PCCL_TUNE='always' is not a valid mode; expected one of off, online"):
+        mode_from_env("always")
+
+
+def test_cache_holds_one_entry_per_layout(tmp_path) -> None:
+    path = tmp_path / "tuned.json"
+    other = {**LAYOUT, "transport": "torch:gloo"}
+    path.write_text(json.dumps({"format": CACHE_FORMAT, "entries": [
+        {"layout": other, "choices": {"all_reduce:1024:float32": "ring"}},
+        {"layout": LAYOUT, "choices": {"all_reduce:1024:float32": "hier:mpi"}}]}))
+    assert cached_choices(path, LAYOUT) == {"all_reduce:1024:float32": "hier:mpi"}
+    assert cached_choices(path, {**LAYOUT, "ranks": 8}) == {}
+    tuner = Tuner(LAYOUT, path)
+    tuner.locked = {"all_gather:4096:float32": "hier:pipelined"}
+    tuner._save()  # replaces this layout's entry, keeps the other one
+    entries = json.loads(path.read_text())["entries"]
+    assert entries == [{"layout": other, "choices": {"all_reduce:1024:float32": "ring"}},
+                       {"layout": LAYOUT, "choices": {"all_gather:4096:float32": "hier:pipelined"}}]
+
+
+def test_foreign_files_are_ignored_with_a_warning(tmp_path, caplog) -> None:
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"format": "pccl-selector-profile", "entries": []}))
+    assert cached_choices(path, LAYOUT) == {}
+    assert "not a pccl tuning cache" in caplog.text
+    path.write_text("[1, 2")
+    assert cached_choices(path, LAYOUT) == {}
+    assert "ignoring the unreadable cache" in caplog.text
+    assert cached_choices(tmp_path / "absent.json", LAYOUT) == {}
+
+
+def test_entries_that_cannot_run_here_are_rejected(caplog) -> None:
+    tuner = Tuner(LAYOUT)
+    tuner.adopt({"all_reduce:1024:float32": "hier:pipelined", "all_gather:1024:float32": "rabenseifner",
+                 "reduce_scatter:1024:float32": 7, "broadcast:1024:float32": "ring",
+                 "all_reduce:2048:float32": "hier-nccl:ring"}, "cache.json", valid_names("cpu"))
+    assert tuner.locked == {"all_reduce:1024:float32": "hier:pipelined"}
+    assert tuner.report["all_reduce:1024:float32"] == {"tried": {}, "chosen": "hier:pipelined", "source": "cache"}
+    for key in ("all_gather:1024:float32", "reduce_scatter:1024:float32", "broadcast:1024:float32",
+                "all_reduce:2048:float32"):
+        assert f"ignoring cache entry {key}" in caplog.text
+
+
+def test_exploration_runs_each_candidate_in_turn_with_a_probe() -> None:
+    from pccl_torch.plan import resolve
+
+    plans = [resolve("all_reduce", name) for name in ("mpi", "hier:mpi")]
+    trial = tuning.Exploration(plans, tuning.TRIALS)
+    issued = [trial.next_plan() for _ in range(len(plans) * tuning.TRIALS)]
+    assert [p.name for p in issued] == ["mpi", "hier:mpi"] * tuning.TRIALS
+    for seconds, plan in enumerate(issued):
+        plan.probe(float(seconds))
+    assert trial.samples == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]] and not trial.exploring
+    assert issued[0] == plans[0]  # the probe does not change what the plan is
