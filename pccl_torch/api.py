@@ -81,6 +81,8 @@ def _run(comm: Communicator, plan: Plan, sequence: int, dtype: torch.dtype, nume
     try:
         if comm.check:
             agree(comm, Signature(plan.collective, plan.name, dtype, numel, op.value if op else "none"), sequence)
+        if plan.probe is not None:  # an online-tuning trial: timed from a common start, as pccl-bench times
+            comm.world.barrier()
         start = perf_counter()
         result = body()
         seconds = perf_counter() - start

@@ -1,0 +1,33 @@
+"""How close pccl's automatic choice came to the best fixed algorithm in pccl-bench JSON files run with
+``--backends pccl,pccl:all --confirm N``: the share of points within 5% and the worst ratio, then one line per
+point (docs/testbed/tuning/README.md).
+
+    python scripts/score_auto.py docs/testbed/tuning/mpiexec-1g-off.json docs/testbed/tuning/mpiexec-1g-online2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+WITHIN = 1.05
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args()
+    for path in args.files:
+        with open(path) as fh:
+            rows = [r for r in json.load(fh) if r["auto"] and r.get("compression") is None and "auto_vs_best_fixed" in r]
+        ratios = [r["auto_vs_best_fixed"] for r in rows]
+        within = sum(1 for ratio in ratios if ratio <= WITHIN)
+        print(f"{path}: {within}/{len(ratios)} points within {WITHIN - 1:.0%} of the best fixed; worst {max(ratios):.2f}x")
+        for r in rows:
+            tuned = r.get("tuning", {}).get("source", "")
+            print(f"   {r['collective']:15s} {r['size_bytes'] >> 10:6d} KiB  auto {r['algorithm']:16s} "
+                  f"best fixed {r['confirm_fixed']:24s} {r['auto_vs_best_fixed']:.2f}  {tuned}")
+
+
+if __name__ == "__main__":
+    main()
