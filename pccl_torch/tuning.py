@@ -188,10 +188,16 @@ def _read(path: Path) -> dict:
     return document
 
 
+def cache_entries(path: Path) -> list[dict]:
+    """The well-formed entries of the cache at ``path`` (``{"layout": {...}, "choices": {shape: algorithm}}``)."""
+    return [e for e in _read(path).get("entries", [])
+            if isinstance(e, dict) and isinstance(e.get("layout"), dict) and isinstance(e.get("choices"), dict)]
+
+
 def cached_choices(path: Path, layout: dict) -> dict[str, str]:
     """The choices ``path`` holds for ``layout`` (rank 0 reads it; the others get them broadcast)."""
-    for entry in _read(path).get("entries", []):
-        if isinstance(entry, dict) and entry.get("layout") == layout and isinstance(entry.get("choices"), dict):
+    for entry in cache_entries(path):
+        if entry["layout"] == layout:
             return dict(entry["choices"])
     return {}
 

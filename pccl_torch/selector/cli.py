@@ -138,7 +138,7 @@ def explain_command(args: argparse.Namespace) -> int:
           f"{', '.join(f'{r}x{l}' for r, l in meta['layouts'])})")
     print(f"call: {args.collective}, {format_size(nbytes)}, {topo.num_nodes} nodes x {topo.local_size} ranks")
     ranking = [a for a in profile.rank(features) if a in valid_names(args.collective)]
-    machine = Selector(profile)._machine_profile()
+    machine = Selector(profile).machine_profile()
     print(f"\n{'algorithm':<26}{'model rank':>11}{'predicted (us)':>16}")
     from pccl_torch.sim import costs
 
@@ -151,7 +151,24 @@ def explain_command(args: argparse.Namespace) -> int:
               "cost model": "outside the trained range: the cost model fitted on this machine decides",
               "heuristic": "outside the trained range and no cost model in the profile: the heuristic decides"}
     print(f"\nchoice: {choice} ({reason[why]})")
+    _explain_tuned(args.collective, nbytes, args.ranks, args.local_size)
     return 0
+
+
+def _explain_tuned(collective: str, nbytes: int, ranks: int, local_size: int) -> None:
+    """What online tuning (PCCL_TUNE=online) chose for this call shape, from its cache, on every layout of these
+    ranks (any transport, device, dtype)."""
+    from pccl_torch import tuning
+
+    path = tuning.default_cache()
+    for entry in tuning.cache_entries(path):
+        layout = entry["layout"]
+        if (layout.get("ranks"), layout.get("local_size")) != (ranks, local_size):
+            continue
+        for key, name in sorted(entry["choices"].items()):
+            if key.startswith(f"{collective}:{nbytes}:"):
+                print(f"online tuning ({path}, {layout.get('transport')} on {layout.get('device')}, "
+                      f"{layout.get('hosts')} host(s)): {key} -> {name}")
 
 
 def main(argv: list[str] | None = None) -> int:

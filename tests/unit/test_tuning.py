@@ -72,3 +72,16 @@ def test_exploration_runs_each_candidate_in_turn_with_a_probe() -> None:
         plan.probe(float(seconds))
     assert trial.samples == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]] and not trial.exploring
     assert issued[0] == plans[0]  # the probe does not change what the plan is
+
+
+def test_pccl_tune_explain_shows_the_model_and_the_tuned_choice(tmp_path, monkeypatch, capsys) -> None:
+    from pccl_torch.selector import cli
+
+    cache = tmp_path / "tuned.json"
+    cache.write_text(json.dumps({"format": CACHE_FORMAT, "entries": [
+        {"layout": LAYOUT, "choices": {"all_reduce:1048576:float32": "hier:ring"}}]}))
+    monkeypatch.setenv("PCCL_TUNE_CACHE", str(cache))
+    assert cli.main(["--explain", "-c", "all_reduce", "--bytes", "1M", "--ranks", "4", "--local-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted (us)" in out and "\nchoice: " in out
+    assert "all_reduce:1048576:float32 -> hier:ring" in out and "mpi on cpu, 2 host(s)" in out
