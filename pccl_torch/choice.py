@@ -63,13 +63,9 @@ class Choice:
             self.plans[key] = plan
         if self.tuner is not None and algorithm is None and plan.compression is None and \
                 collective not in self.overrides:
-            key = tuning.shape_key(collective, nbytes, dtype)
-            if not issued:
-                chosen = self.tuner.locked.get(key, plan.name)
-                return plan if chosen == plan.name else self.plan(comm, collective, chosen, nbytes, dtype)
-            return self.tuner.plan(comm, key, nbytes, plan,
+            return self.tuner.plan(comm, tuning.shape_key(collective, nbytes, dtype), nbytes, plan,
                                    lambda: self._alternatives(comm, collective, plan.name, nbytes),
-                                   lambda name: self.plan(comm, collective, name, nbytes, dtype))
+                                   lambda name: self.plan(comm, collective, name, nbytes, dtype), issued=issued)
         return plan
 
     def _alternatives(self, comm: Communicator, collective: Collective, chosen: str, nbytes: int) -> list[str]:

@@ -25,7 +25,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from pccl_torch.topology import Topology, kernel_id, local_size_override, placement_problem
+from pccl_torch.topology import Topology, from_placements, kernel_id
 
 log = logging.getLogger(__name__)
 
@@ -116,17 +116,11 @@ def topology_from_store(store: dist.Store, rank: int, size: int, local_size: int
     everyone = [json.loads(store.get(f"pccl/place/{r}")) for r in range(size)]
     nodes = [entry["node"] for entry in everyone]
     placements = [(nodes.index(key), nodes.count(key)) for key in nodes]
+    if mine["local"] not in (None, placements[rank][1]) and rank == 0:
+        log.info("pccl: the launcher's local size %s differs from the %d ranks of this group on node %s",
+                 mine["local"], placements[rank][1], mine["node"])
     cpu_ranks = sum(1 for entry in everyone if entry["kernel"] == mine["kernel"])
-    chosen = local_size if local_size is not None else local_size_override()
-    if chosen is None:
-        problem = placement_problem(placements)
-        if problem is None and mine["local"] not in (None, placements[rank][1]) and rank == 0:
-            log.info("pccl: the launcher's local size %s differs from the %d ranks found on node %s (a subgroup)",
-                     mine["local"], placements[rank][1], mine["node"])
-        if problem is not None and rank == 0:
-            log.warning("pccl: %s; running the flat algorithms (one rank a node)", problem)
-        chosen = 1 if problem is not None else placements[rank][1]
-    return Topology(rank, size, chosen, len(set(nodes)), cpu_ranks)
+    return from_placements(rank, placements, cpu_ranks, local_size)
 
 
 def group_over(store: dist.Store, rank: int, size: int, device_type: str,

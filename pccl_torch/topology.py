@@ -144,23 +144,28 @@ def detect(comm: "MPI.Comm", local_size: int | None = None) -> Topology:
     """
     from mpi4py import MPI
 
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank = comm.Get_rank()
     node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
     try:
         node_leader = node_comm.allreduce(rank, op=MPI.MIN)
         detected = node_comm.Get_size()
     finally:
         node_comm.Free()
-    placements = comm.allgather((node_leader, detected))
-    hosts = len({leader for leader, _ in placements})
-    cpu_ranks = ranks_on_this_machine(comm)
+    return from_placements(rank, comm.allgather((node_leader, detected)), ranks_on_this_machine(comm), local_size)
+
+
+def from_placements(rank: int, placements: list[tuple[int, int]], cpu_ranks: int,
+                    local_size: int | None = None) -> Topology:
+    """The topology of rank ``rank`` given every rank's (node leader, ranks on that node): ``local_size``, else
+    ``PCCL_LOCAL_SIZE``, else the nodes found when they are blocks of equal size, else flat (one log line)."""
     chosen = local_size if local_size is not None else local_size_override()
     if chosen is None:
         problem = placement_problem(placements)
         if problem is not None and rank == 0:
             log.warning("pccl: %s; running the flat algorithms (one rank a node)", problem)
-        chosen = 1 if problem is not None else detected
-    return Topology(rank, size, chosen, hosts, cpu_ranks)
+        chosen = 1 if problem is not None else placements[rank][1]
+    hosts = len({leader for leader, _ in placements})
+    return Topology(rank, len(placements), chosen, hosts, cpu_ranks)
 
 
 def ranks_on_this_machine(comm: "MPI.Comm") -> int:

@@ -109,12 +109,13 @@ class Tuner:
     exploring: dict[str, Exploration] = field(default_factory=dict)
 
     def plan(self, comm, key: str, nbytes: int, default: Plan, alternatives: Callable[[], list[str]],
-             make: Callable[[str], Plan]) -> Plan:
+             make: Callable[[str], Plan], *, issued: bool = True) -> Plan:
         """The plan of the next call of shape ``key`` (called in issue order, the same on every rank):
-        ``default`` is the model's choice, ``alternatives`` the model's next best names, ``make`` a name's plan."""
+        ``default`` is the model's choice, ``alternatives`` the model's next best names, ``make`` a name's plan.
+        ``issued=False``: a question, not a call: the choice so far (locked, else the model's), nothing counted."""
         chosen = self.locked.get(key)
-        if chosen is not None:
-            return default if chosen == default.name else make(chosen)
+        if chosen is not None or not issued:
+            return default if chosen in (None, default.name) else make(chosen)
         trial = self.exploring.get(key)
         if trial is None:
             if len(self.exploring) + len(self.report) >= MAX_SHAPES:

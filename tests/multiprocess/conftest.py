@@ -62,12 +62,7 @@ def launch(script: str, ranks: int, *args: str, local_size: int | None = None,
     if openmpi:
         command = openmpi_command(ranks, local_size or 1, [sys.executable, *target, *args])
         environment = openmpi_environment(environment)
-    try:
-        return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{' '.join(command)} did not finish in {timeout_s} s (hang?)\n"
-                    f"stdout:\n{exc.stdout}\nstderr:\n{exc.stderr}")
+    return run_checked(command, environment, timeout_s)
 
 
 def run_checked(command: list[str], environment: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
