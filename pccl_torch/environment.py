@@ -1,0 +1,76 @@
+"""Every ``PCCL_*`` environment variable pccl-torch reads, in one table.
+
+The modules that read a variable keep its name as a constant beside the code that parses it; this table is
+the user-facing reference of all of them (the configuration page of the docs is generated from it), and
+``tests/unit/test_docs.py`` checks that it names exactly the variables the source reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its accepted values, the default, when it is read and what it does."""
+
+    name: str
+    values: str
+    default: str
+    read: str
+    meaning: str
+    page: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("PCCL_ALGO", "`collective:name,...` (e.g. `all_reduce:ring,all_gather:hier:bruck`)", "unset",
+             "communicator creation",
+             "Fixes the algorithm of each listed collective for the whole job, as `NCCL_ALGO` does; unknown "
+             "collectives or names fail `init()`, listing the valid ones.", "selection.md"),
+    Variable("PCCL_TUNE", "`off`, `online`", "`off`", "communicator creation (`init(tune=)` overrides)",
+             "Online tuning: the first calls of each new call shape time the model's top candidates and all "
+             "ranks lock in the same fastest one.", "selection.md"),
+    Variable("PCCL_TUNE_CACHE", "a file path", "`~/.cache/pccl-torch/tuned.json`", "communicator creation",
+             "Where online tuning keeps its choices (one entry per layout) for the next run.", "selection.md"),
+    Variable("PCCL_PROFILE", "a profile path, or `none`", "the per-user cache, then the shipped default",
+             "`init()` (rank 0 reads, then broadcasts)",
+             "The learned selector profile; `none` leaves the choice to the heuristic.", "selection.md"),
+    Variable("PCCL_COMPRESSION", "`collective:format,...` with format `bf16`, `int8`, `fp8`, `lossless`",
+             "unset (exact)", "communicator creation",
+             "Wire format of what crosses nodes, per collective, for calls that leave `compression=` unset.",
+             "compression.md"),
+    Variable("PCCL_LOCAL_SIZE", "a positive integer dividing the world size", "unset (detected)",
+             "`init()`", "Ranks per node: emulates `world / L` nodes of `L` consecutive ranks on one machine.",
+             "usage.md"),
+    Variable("PCCL_TRANSPORT", "`auto`, `mpi`, `torch`", "`auto`", "`init()` / process-group creation",
+             "Whether pccl's levels are MPI communicators (`mpi`) or torch groups over the launcher's "
+             "rendezvous store (`torch`); `auto` picks MPI when MPI's ranks are torch's.", "usage.md"),
+    Variable("PCCL_WAIT", "`auto`, `blocking`, `bounded`", "`auto`", "communicator creation",
+             "`blocking`: MPI's blocking collectives under a watchdog that aborts the job past the timeout; "
+             "`bounded`: polled waits that raise `PcclTimeoutError`; `auto`: `blocking` where every rank has "
+             "a core, else `bounded`.", "reliability.md"),
+    Variable("PCCL_ASYNC", "`auto`, `thread`, `inline`", "`auto`", "communicator creation",
+             "Where `async_op=True` calls run: the communicator's worker thread, or at once in the caller's "
+             "thread (`auto`: inline where ranks share cores, for CPU tensors).", "reliability.md"),
+    Variable("PCCL_DEBUG", "`off`, `check`", "`off`", "communicator creation (`init(check=)` overrides)",
+             "`check`: the ranks compare a signature of every call before it runs and raise "
+             "`PcclMismatchError` on a difference.", "reliability.md"),
+    Variable("PCCL_FAILURE_SIGNAL", "`0`, `1`", "`1`", "`init()`",
+             "`0` leaves `SIGUSR1` (mpiexec's failed-process notice) to the application instead of pccl.",
+             "reliability.md"),
+    Variable("PCCL_PIPELINE_CHUNKS", "an integer from 1 to 1024", "unset (1 MiB chunks, at most 32)",
+             "first pipelined call",
+             "Fixes the chunk count of the `hier:pipelined` schedules.", "algorithms.md"),
+    Variable("PCCL_CUDA_AWARE_MPI", "`0`, `1`", "`0`", "each CUDA buffer handed to MPI",
+             "`1` hands CUDA buffers to MPI directly instead of staging them through host memory "
+             "(only for a CUDA-aware MPI build).", "gpus.md"),
+    Variable("PCCL_KERNELS", "`auto`, `torch`, `triton`", "`auto`", "each kernel call",
+             "Forces the kernel path: compiled Triton (CUDA), the Triton interpreter, or the torch reference.",
+             "gpus.md"),
+    Variable("PCCL_MACHINES_DIR", "a directory", "unset", "`pccl-sim` / cost model",
+             "Extra directory searched first for machine profiles (`NAME.yaml`).", "algorithms.md"),
+)
+
+
+def by_name() -> dict[str, Variable]:
+    """The table keyed by variable name."""
+    return {variable.name: variable for variable in VARIABLES}
