@@ -304,10 +304,15 @@ def _pccl_devices(config: str) -> frozenset[str]:
 
 
 def _topology_for(comm, size: int) -> Topology:
-    """The group's topology; a group that does not split into whole nodes runs flat (one rank a node)."""
+    """The group's topology; a subgroup that does not split into whole nodes runs flat (one rank a node). A
+    group of every MPI rank fails as ``init()`` does (e.g. a ``PCCL_LOCAL_SIZE`` that does not divide it)."""
     try:
         return detect(comm)
     except TopologyError as exc:
+        from mpi4py import MPI
+
+        if size == MPI.COMM_WORLD.Get_size():
+            raise
         log.info("pccl group of %d ranks runs flat: %s", size, exc)
         return Topology(comm.Get_rank(), size, 1, cpu_ranks=ranks_on_this_machine(comm))
 

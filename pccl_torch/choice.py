@@ -38,7 +38,7 @@ class Choice:
     selector: Selector | None = None
     """The learned choice (None: the heuristic)."""
     overrides: dict[str, str] = field(default_factory=env_overrides)
-    """``PCCL_ALGO`` per collective (a malformed value fails when the choice is made)."""
+    """``PCCL_ALGO`` per collective (read when the communicator is created; a malformed value fails ``init()``)."""
     compression: dict[str, str] = field(default_factory=compression_config.env_formats)
     """``PCCL_COMPRESSION`` per collective (read once, like ``PCCL_ALGO``)."""
     plans: dict[tuple, Plan] = field(default_factory=dict, repr=False)

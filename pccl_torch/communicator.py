@@ -48,6 +48,7 @@ import torch.distributed as dist
 from pccl_torch import failure_notice, launcher
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.topology import Topology, detect
+from pccl_torch.triton_kernels._backend import wants_triton
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.mpi import SHARED_CORES_SPIN_S, SPIN_S, MPITransport
 from pccl_torch.transport.torch_group import LIBRARY_BY_DEVICE, TorchGroupTransport
@@ -185,6 +186,7 @@ class Communicator:
     closed: bool = False
 
     def __post_init__(self) -> None:
+        wants_triton(torch.empty(0, device=self.device))  # a bad PCCL_KERNELS fails here, not mid-collective
         _LIVE.add(self)
         topo = self.topology
         everyone = range(topo.world_size)

@@ -63,7 +63,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("PCCL_CUDA_AWARE_MPI", "`0`, `1`", "`0`", "each CUDA buffer handed to MPI",
              "`1` hands CUDA buffers to MPI directly instead of staging them through host memory "
              "(only for a CUDA-aware MPI build).", "gpus.md"),
-    Variable("PCCL_KERNELS", "`auto`, `torch`, `triton`", "`auto`", "each kernel call",
+    Variable("PCCL_KERNELS", "`auto`, `torch`, `triton`", "`auto`", "communicator creation (checked), each kernel call",
              "Forces the kernel path: compiled Triton (CUDA), the Triton interpreter, or the torch reference.",
              "gpus.md"),
     Variable("PCCL_MACHINES_DIR", "a directory", "unset", "`pccl-sim` / cost model",

@@ -183,5 +183,6 @@ def placement_problem(placements: list[tuple[int, int]]) -> str | None:
     for r, (leader, _) in enumerate(placements):
         if leader != r - r % detected:
             return (f"rank {r} shares a node with rank {leader}: ranks are not placed in blocks of {detected} "
-                    "consecutive ranks per node (mpiexec's default --map-by core/slot placement)")
+                    "consecutive ranks per node (place ranks in blocks, as mpiexec does by default: node k holds ranks "
+                    "k*L .. k*L+L-1)")
     return None

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from pccl_torch.errors import PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.plan import Plan, names_for
 
@@ -57,9 +58,10 @@ torchrun the flat ring and pairwise reduce-scatters over gloo beat every hierarc
 
 def mode_from_env(explicit: str | None = None) -> str:
     """``explicit`` (``init(tune=...)``), else ``PCCL_TUNE`` (unset: ``off``); anything else raises."""
+    source = "init(tune=...)" if explicit is not None else TUNE_ENV
     mode = (explicit if explicit is not None else os.environ.get(TUNE_ENV, "")).strip().lower() or TUNE_MODES[0]
     if mode not in TUNE_MODES:
-        raise ValueError(f"{TUNE_ENV}={mode!r} is not a valid mode; expected one of {', '.join(TUNE_MODES)}")
+        raise ValueError(f"{source}: {mode!r} is not a valid tuning mode; expected one of {', '.join(TUNE_MODES)}")
     return mode
 
 
@@ -135,7 +137,12 @@ class Tuner:
         comm.executor.drain()
         medians = torch.tensor([statistics.median(s) if s else float("inf") for s in trial.samples],
                                dtype=torch.float64)
-        comm.world.native_all_reduce(medians, ReduceOp.MAX)
+        try:
+            comm.world.native_all_reduce(medians, ReduceOp.MAX)
+        except Stalled as exc:  # a peer died or never reached this call: as any collective's timeout
+            error = PcclTimeoutError(key.split(":", 1)[0], comm.sequence, "tuning agreement", comm.topology.rank, exc)
+            comm.mark_broken(error)
+            raise error from exc
         best = int(torch.argmin(medians))
         winner = trial.candidates[best if medians[best] < SWITCH_MARGIN * medians[0] else 0]
         del self.exploring[key]
@@ -163,6 +170,11 @@ class Tuner:
         if self.cache_path is None:
             return
         document = _read(self.cache_path)
+        if not document and self.cache_path.exists():
+            log.warning("pccl tuning: not writing the tuned choices to %s: the file exists and is not a pccl tuning "
+                        "cache; point %s elsewhere or remove it", self.cache_path, CACHE_ENV)
+            self.cache_path = None
+            return
         entries = [e for e in document.get("entries", []) if isinstance(e, dict) and e.get("layout") != self.layout]
         entries.append({"layout": self.layout, "choices": dict(self.locked)})
         try:

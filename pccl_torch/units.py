@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -16,6 +17,19 @@ def parse_size(text: str | int) -> int:
     if not match:
         raise ValueError(f"cannot read size {text!r}: expected a number with an optional K, M, G or T suffix")
     return int(float(match.group(1)) * _SUFFIX[match.group(2).upper()])
+
+
+def size_argument(text: str) -> int:
+    """``parse_size`` for argparse's ``type=``: a bad size is a usage error naming the accepted forms."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def size_list_argument(text: str) -> list[int]:
+    """A comma list of sizes (``1M,16M``) for argparse's ``type=``."""
+    return [size_argument(part) for part in text.split(",") if part.strip()]
 
 
 def format_size(nbytes: int) -> str:

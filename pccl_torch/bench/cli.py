@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from pccl_torch.units import parse_size, size_range
+from pccl_torch.units import parse_size, size_argument, size_range
 
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
@@ -32,8 +32,8 @@ _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pccl-bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-b", "--minbytes", default="1K", help="smallest size (default 1K)")
-    p.add_argument("-e", "--maxbytes", default="16M", help="largest size (default 16M)")
+    p.add_argument("-b", "--minbytes", default="1K", type=size_argument, help="smallest size (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="16M", type=size_argument, help="largest size (default 16M)")
     p.add_argument("-f", "--stepfactor", type=float, default=4, help="size multiplier (default 4)")
     p.add_argument("-c", "--collectives", default="all_reduce,all_gather,reduce_scatter")
     p.add_argument("-d", "--dtype", default="float32",
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "ranks per namespace)")
     p.add_argument("--testbed", nargs="?", const="pccl", metavar="PREFIX",
                    help="with -np: run in the namespaces of pccl-testbed PREFIX (default pccl)")
-    p.add_argument("--iter-budget", help="bytes per size and backend (e.g. 256M): big sizes run fewer "
+    p.add_argument("--iter-budget", type=size_argument, help="bytes per size and backend (e.g. 256M): big sizes run fewer "
                    "iterations, at most budget / size (at least 3)")
     p.add_argument("--check", action="store_true", help="check every result (#wrong column)")
     p.add_argument("--confirm", type=int, default=0, metavar="N",
@@ -113,7 +113,12 @@ def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        size_range(args.minbytes, args.maxbytes, args.stepfactor)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.nprocs and not inside_mpi_launch():
         return relaunch(args, argv)
     if args.testbed and not inside_mpi_launch():

@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pccl_torch.units import format_size, parse_size, size_range
+from pccl_torch.units import format_size, parse_size, size_argument, size_range
 
 DEFAULT_WORK_DIR = Path.home() / ".cache" / "pccl-torch" / "tune"
 
@@ -24,8 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-np", "--nprocs", type=int, help="measure with this many ranks (mpiexec)")
     p.add_argument("--local-size", type=int, default=1, help="ranks per emulated node while measuring")
-    p.add_argument("-b", "--minbytes", default="1K")
-    p.add_argument("-e", "--maxbytes", default="16M")
+    p.add_argument("-b", "--minbytes", default="1K", type=size_argument)
+    p.add_argument("-e", "--maxbytes", default="16M", type=size_argument)
     p.add_argument("-f", "--stepfactor", type=float, default=2)
     p.add_argument("-n", "--iters", type=int, default=7)
     p.add_argument("-w", "--warmup", type=int, default=2)
@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="write the profile here (e.g. ~/.cache/pccl-torch/profile.json)")
     p.add_argument("--explain", action="store_true", help="explain a choice instead of training")
     p.add_argument("--profile", help="profile to explain (default: the one pccl would load)")
-    p.add_argument("-c", "--collective", default="all_reduce")
-    p.add_argument("--bytes", default="1M", help="full buffer size of the call to explain")
+    p.add_argument("-c", "--collective", default="all_reduce", choices=("all_reduce", "all_gather", "reduce_scatter"))
+    p.add_argument("--bytes", default="1M", type=size_argument, help="full buffer size of the call to explain")
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--dtype-size", type=int, default=4)
     return p
@@ -118,7 +118,7 @@ def format_confusion(held_out) -> str:
 def explain_command(args: argparse.Namespace) -> int:
     from pccl_torch.plan import valid_names
     from pccl_torch.selector.features import feature_vector
-    from pccl_torch.selector.profile import Profile
+    from pccl_torch.selector.profile import Profile, ProfileError
     from pccl_torch.selector.runtime import Selector, profile_path
     from pccl_torch.topology import Topology
 
@@ -127,7 +127,11 @@ def explain_command(args: argparse.Namespace) -> int:
         print("pccl-tune: no profile (PCCL_PROFILE, ~/.cache/pccl-torch/profile.json or configs/selector/)",
               file=sys.stderr)
         return 2
-    profile = Profile.load(path)
+    try:
+        profile = Profile.load(path)
+    except ProfileError as exc:
+        print(f"pccl-tune: {exc}", file=sys.stderr)
+        return 2
     nbytes = parse_size(args.bytes)
     topo = Topology(0, args.ranks, args.local_size)
     features = feature_vector(args.collective, nbytes, args.ranks, args.local_size, args.dtype_size)
@@ -172,7 +176,12 @@ def _explain_tuned(collective: str, nbytes: int, ranks: int, local_size: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        size_range(args.minbytes, args.maxbytes, args.stepfactor)
+    except ValueError as exc:
+        parser.error(str(exc))
     return explain_command(args) if args.explain else train_command(args)
 
 

@@ -19,7 +19,7 @@ from pccl_torch.plan import HIER_PREFIX
 from pccl_torch.sim import costs, machine
 from pccl_torch.sim.fit import fit, format_report
 from pccl_torch.sim.machine import MachineProfile
-from pccl_torch.units import format_size, parse_size
+from pccl_torch.units import format_size, size_argument, size_list_argument
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
 
@@ -139,7 +139,7 @@ def _fit(args: argparse.Namespace) -> None:
 
 def _sweep(args: argparse.Namespace) -> None:
     profile = machine.load(args.machine)
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    sizes = args.sizes
     collectives = args.collective.split(",")
     for c in collectives:
         if c not in COLLECTIVES:
@@ -160,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="predicted time of every algorithm of one call")
     p.add_argument("-c", "--collective", required=True, choices=COLLECTIVES)
-    p.add_argument("--bytes", required=True, type=parse_size, help="full buffer size, e.g. 1M")
+    p.add_argument("--bytes", required=True, type=size_argument, help="full buffer size, e.g. 1M")
     p.add_argument("--gpus", required=True, type=int)
     p.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     p.set_defaults(run=_predict)
@@ -175,7 +175,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="vendor ring vs best hierarchical algorithm over GPU counts")
     s.add_argument("--machine", required=True)
     s.add_argument("--gpus", default="8..4096", help="A..B (powers of two) or a comma list")
-    s.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list (default {DEFAULT_SIZES})")
+    s.add_argument("--sizes", default=DEFAULT_SIZES, type=size_list_argument, help=f"comma list (default {DEFAULT_SIZES})")
     s.add_argument("-c", "--collective", default=",".join(COLLECTIVES))
     s.add_argument("--json", help="write the points as JSON")
     s.add_argument("--plot", help="write a speedup plot (PNG)")

@@ -63,12 +63,20 @@ class FitReport:
     """Parameters no row depends on, kept from the base profile (or 0)."""
 
 
+ROW_KEYS = ("backend", "algorithm", "collective", "size_bytes", "nodes", "local_size", "time_us")
+"""The pccl-bench JSON fields a fit reads."""
+
+
 def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
     """The rows ``fit`` uses: pccl rows as run, baselines as their pccl equivalent; rows with wrong
     results are dropped, and so are pipelined rows (their time is a max over phases, not linear in the
     parameters; ``costs.pipelined_time`` predicts them from the fitted ones)."""
     out = []
-    for row in rows:
+    for index, row in enumerate(rows):
+        missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, Mapping) else list(ROW_KEYS)
+        if missing:
+            raise ValueError(f"row {index} is not a pccl-bench row: missing {', '.join(missing)} "
+                             "(fit reads pccl-bench --json output)")
         backend = row["backend"]
         if backend == "pccl":
             algorithm = row["algorithm"]

@@ -4,10 +4,12 @@ with 1..6 ranks and emulated nodes of 1, 2 or 3 ranks; plus the bad-input cases 
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
-from .conftest import OPENMPI_PREFIX, launch, openmpi_available
+from .conftest import OPENMPI_PREFIX, launch, mpiexec, openmpi_available, run_checked
 
 # (ranks, ranks per emulated node): n = 1..6, local sizes 1, 2, 3 wherever they divide n.
 LAYOUTS = [(n, local) for n in range(1, 7) for local in (1, 2, 3) if n % local == 0 and local <= n]
@@ -125,3 +127,16 @@ def test_fsdp2_with_pccl_matches_gloo(ranks: int, local_size: int, tmp_path) -> 
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
     assert report["passed"] == ranks
+
+
+@pytest.mark.multiprocess
+def test_a_world_pccl_group_rejects_a_local_size_that_does_not_divide_it() -> None:
+    """As init() does: a PCCL_LOCAL_SIZE that does not divide the world fails the world group on every rank
+    (a subgroup that does not split into whole nodes still runs flat)."""
+    code = ("import os, pccl_torch\n"  # one write per rank: the ranks' lines must not interleave
+            "try:\n    pccl_torch.init_process_group('pccl')\n    os.write(1, b'created\\n')\n"
+            "except Exception as e:\n    os.write(1, f'raised {type(e).__name__} {e}\\n'.encode())\n")
+    environment = dict(os.environ, PCCL_LOCAL_SIZE="3", PYTHONWARNINGS="ignore::FutureWarning")
+    result = run_checked([mpiexec(), "-n", "4", sys.executable, "-c", code], environment, 300)
+    assert result.stdout.count("raised TopologyError") == 4 and "created" not in result.stdout, result.stdout
+    assert "local size 3 does not divide the world size 4" in result.stdout

@@ -94,3 +94,18 @@ def test_topology_override_and_unequal_nodes(monkeypatch) -> None:
     monkeypatch.setattr(launcher.socket, "gethostname", lambda: "b")
     flat = topology_from_store(uneven, 3, 4)  # three ranks on a, one on b: not equal nodes, so flat
     assert (flat.num_nodes, flat.local_size, flat.hosts) == (4, 1, 2)
+
+
+@pytest.mark.parametrize("kernels, interpret, expected", [
+    ("bogus", "1", "ValueError PCCL_KERNELS='bogus'; expected one of auto, torch, triton"),
+    ("triton", "0", "RuntimeError Triton kernels cannot run on cpu tensors"),
+])
+def test_a_bad_kernel_setting_fails_init_not_a_collective(kernels: str, interpret: str, expected: str) -> None:
+    """A real process: PCCL_KERNELS that cannot serve the communicator's device fails ``init()``, where a
+    collective would otherwise fail mid-job and break the communicator."""
+    code = ("import pccl_torch\ntry:\n    pccl_torch.init()\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+            "print('initialized', pccl_torch.is_initialized())")
+    env = {"PCCL_KERNELS": kernels, "TRITON_INTERPRET": interpret, "PATH": "/usr/bin:/bin",
+           "PYTHONWARNINGS": "ignore"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert expected in result.stdout and "initialized False" in result.stdout, result

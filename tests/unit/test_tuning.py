@@ -18,8 +18,12 @@ def test_mode_defaults_to_off_and_is_validated(monkeypatch) -> None:
     monkeypatch.setenv("PCCL_TUNE", "Online")
     assert mode_from_env() == "online"
     assert mode_from_env("off") == "off"  # init(tune=...) wins over the variable
-    with pytest.raises(ValueError, match=r"PCCL_TUNE='always' is not a valid mode; expected one of off, online"):
+    with pytest.raises(ValueError, match=r"init\(tune=...\): 'always' is not a valid tuning mode; expected one of "
+                                         r"off, online"):
         mode_from_env("always")
+    monkeypatch.setenv("PCCL_TUNE", "sometimes")
+    with pytest.raises(ValueError, match=r"PCCL_TUNE: 'sometimes' is not a valid tuning mode"):
+        mode_from_env()
 
 
 def test_cache_holds_one_entry_per_layout(tmp_path) -> None:
@@ -47,6 +51,18 @@ def test_foreign_files_are_ignored_with_a_warning(tmp_path, caplog) -> None:
     assert cached_choices(path, LAYOUT) == {}
     assert "ignoring the unreadable cache" in caplog.text
     assert cached_choices(tmp_path / "absent.json", LAYOUT) == {}
+
+
+def test_a_foreign_file_at_the_cache_path_is_never_overwritten(tmp_path, caplog) -> None:
+    path = tmp_path / "profile.json"
+    foreign = json.dumps({"format": "pccl-selector-profile", "tree": [1, 2, 3]})
+    path.write_text(foreign)
+    tuner = Tuner(LAYOUT, path)
+    tuner.locked = {"all_reduce:1024:float32": "ring"}
+    tuner._save()
+    tuner._save()
+    assert path.read_text() == foreign
+    assert caplog.text.count("the file exists and is not a pccl tuning cache") == 1
 
 
 def test_entries_that_cannot_run_here_are_rejected(caplog) -> None:
