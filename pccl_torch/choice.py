@@ -2,9 +2,11 @@
 
 For every communicator the API keeps a :class:`Choice`: ``PCCL_ALGO`` (read once when it is attached, as
 NCCL reads ``NCCL_ALGO``), the selector (rank 0's profile, broadcast, so every rank holds the same one), and
-the plans already resolved per call shape. Order: explicit ``algorithm=``, then ``PCCL_ALGO``, then the
-selector, then the heuristic; across a network (several hosts) the measured rule of
-``heuristic.networked_choice`` comes before the selector, whose profile cannot tell a network from memory. A plan whose intra-node library does not serve the communicator's device
+the plans already resolved per call shape, and the links measured when it is attached (``pccl_torch.links``).
+Order: explicit ``algorithm=``, then ``PCCL_ALGO``, then the selector, then the heuristic; across a network
+(several hosts) the selector decides only when its profile was trained on links like the measured ones (the
+link-ratio feature in range), and the measured rule of ``heuristic.networked_choice`` otherwise. A plan whose
+intra-node library does not serve the communicator's device
 fails here, before any communication; a pipelined plan gets its chunk count here (``sim.pipeline``). With
 online tuning (``PCCL_TUNE=online``, ``pccl_torch.tuning``) the calls that leave the choice to pccl (no
 ``algorithm=``, no ``PCCL_ALGO``, exact) try that choice and the model's next best in turn, then keep the fastest.
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pccl_torch import heuristic, tuning
+from pccl_torch import heuristic, links, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
@@ -45,6 +47,9 @@ class Choice:
     """Resolved plans per (collective, algorithm or None, bytes, dtype, compression argument)."""
     tuner: Tuner | None = None
     """Online tuning (``PCCL_TUNE=online``): the calls that leave the choice to pccl time its candidates."""
+    links: links.Links = links.NONE
+    """The links between and inside nodes, rank 0's measurement; counted only across a network (several hosts):
+    emulated nodes sharing memory are one machine however their exchanges happen to time."""
 
     def plan(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
              dtype: torch.dtype, compression: str | None = None, *, issued: bool = True) -> Plan:
@@ -74,7 +79,7 @@ class Choice:
         topo = comm.topology
         valid = names_for(collective, comm.device.type)
         pool = [n for n in tuning.POOL if n in valid and n != chosen and (topo.is_hierarchical or ":" not in n)]
-        machine = self.selector.machine_profile() if self.selector is not None else None
+        machine = self.selector.machine_profile(self.links) if self.selector is not None else None
         if machine is None or not pool:
             return pool
         from pccl_torch.sim import costs
@@ -88,12 +93,12 @@ class Choice:
                 dtype: torch.dtype) -> Plan:
         topo = comm.topology
         name = algorithm or self.overrides.get(collective)
-        if not name and topo.networked and topo.is_hierarchical:
-            # Nothing the selector was trained on tells a network from a memory bus: across one, the
-            # measured rule (heuristic.networked_choice) decides until link-aware features exist.
+        if not name and topo.networked and topo.is_hierarchical and not (
+                self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
+            # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
             name = heuristic.networked_choice(collective, nbytes, topo.num_nodes)
         if not name and self.selector is not None:
-            name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type)
+            name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type, self.links)
         plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))
         if plan.hierarchical:
             comm.intra_level("mpi" if plan.pipelined else plan.intra)  # a library this device lacks: ValueError
@@ -126,6 +131,8 @@ def attach(comm: Communicator, tune: str | None = None) -> Choice:
     """Give ``comm`` its choice state. Collective over the communicator (the profile is broadcast, and with
     online tuning (``tune``, else ``PCCL_TUNE``) rank 0's cached choices for this layout)."""
     choice = Choice(selector=_agreed_selector(comm.world))
+    if comm.topology.networked:  # emulated nodes sharing memory are one machine: nothing to measure
+        choice.links = links.measure(comm, links.default_cache())
     if tuning.mode_from_env(tune) == "online":
         layout, path = tuning.layout_of(comm), tuning.default_cache()
         cached = tuning.cached_choices(path, layout) if comm.topology.rank == 0 else None

@@ -12,7 +12,7 @@ from pccl_torch.units import format_size
 JSON_FIELDS = (
     "collective", "backend", "algorithm", "auto", "compression", "size_bytes", "count", "dtype", "time_us",
     "algbw_gbps", "busbw_gbps", "wrong", "vs_best_baseline", "vs_exact", "ranks", "local_size", "nodes", "iters", "warmup", "hostname",
-    "versions", "transport",
+    "versions", "transport", "links",
 )
 #: Present on auto rows only, with ``--confirm N``: the head-to-head re-timing of auto against the fastest
 #: fixed algorithms (``auto_vs_best_fixed`` > 1: auto slower).

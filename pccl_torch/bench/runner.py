@@ -132,6 +132,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         bar = tqdm(total=len(plan), desc="pccl-bench", unit="size", file=sys.stderr, leave=False)
     rows: list[dict] = []
     host, info = socket.gethostname(), versions()
+    links = comm.choice.links.as_dict() if comm.choice is not None and comm.choice.links.source != "none" else None
     for collective, size in plan:
         total = size // element // ranks * ranks if collective != "all_reduce" else size // element
         if total == 0:
@@ -169,6 +170,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
                 "iters": iters, "warmup": warmup, "hostname": host, "versions": info, "transport": comm.transport,
+                "links": links,
                 **(confirmed if backend.auto else {}),
                 **(tuned if backend.auto and backend.compression is None else {}),
             })

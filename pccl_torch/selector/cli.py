@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes", default="1M", type=size_argument, help="full buffer size of the call to explain")
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--dtype-size", type=int, default=4)
+    p.add_argument("--link-ratio", type=float, default=1.0,
+                   help="intra- over inter-node link bandwidth of the call to explain (stats()['links']['ratio']; "
+                        "1: one machine, ~9 at 1 Gbit/s between nodes here)")
     return p
 
 
@@ -134,15 +137,16 @@ def explain_command(args: argparse.Namespace) -> int:
         return 2
     nbytes = parse_size(args.bytes)
     topo = Topology(0, args.ranks, args.local_size)
-    features = feature_vector(args.collective, nbytes, args.ranks, args.local_size, args.dtype_size)
-    choice, why = Selector(profile, str(path)).explain(args.collective, nbytes, topo, args.dtype_size)
+    links = _links_for(Selector(profile).machine_profile(), args.link_ratio)
+    features = feature_vector(args.collective, nbytes, args.ranks, args.local_size, args.dtype_size, links.ratio())
+    choice, why = Selector(profile, str(path)).explain(args.collective, nbytes, topo, args.dtype_size, links=links)
     meta = profile.metadata
     print(f"profile {path}: {meta['model']} trained {meta['date']} on {meta['machine']} "
           f"({meta['cases']['measured']} measured + {meta['cases']['model']} modelled cases, layouts "
           f"{', '.join(f'{r}x{l}' for r, l in meta['layouts'])})")
     print(f"call: {args.collective}, {format_size(nbytes)}, {topo.num_nodes} nodes x {topo.local_size} ranks")
     ranking = [a for a in profile.rank(features) if a in valid_names(args.collective)]
-    machine = Selector(profile).machine_profile()
+    machine = Selector(profile).machine_profile(links)
     print(f"\n{'algorithm':<26}{'model rank':>11}{'predicted (us)':>16}")
     from pccl_torch.sim import costs
 
@@ -173,6 +177,16 @@ def _explain_tuned(collective: str, nbytes: int, ranks: int, local_size: int) ->
             if key.startswith(f"{collective}:{nbytes}:"):
                 print(f"online tuning ({path}, {layout.get('transport')} on {layout.get('device')}, "
                       f"{layout.get('hosts')} host(s)): {key} -> {name}")
+
+
+def _links_for(machine, ratio: float):
+    """Links of a call to explain: the profile's intra-node link, and one ``ratio`` times slower between nodes."""
+    from pccl_torch.links import NONE, Link, Links
+
+    if ratio <= 1.0:
+        return NONE
+    intra = Link(machine.alpha_intra, 1.0 / machine.beta_intra) if machine else Link(0.0, ratio)
+    return Links(intra, Link(machine.alpha_inter if machine else 0.0, intra.bytes_per_s / ratio), "explain")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,8 @@ class Case:
     ranks: int
     local_size: int
     dtype_size: int
+    link_ratio: float
+    """Intra- over inter-node link bandwidth of the run (the rows' ``links.ratio``; 1 for rows without it)."""
     times: dict[str, float] = field(hash=False)
     source: str = "measured"
 
@@ -34,7 +36,8 @@ class Case:
         return min(self.times, key=self.times.__getitem__)
 
     def features(self) -> list[float]:
-        return feature_vector(self.collective, self.nbytes, self.ranks, self.local_size, self.dtype_size)
+        return feature_vector(self.collective, self.nbytes, self.ranks, self.local_size, self.dtype_size,
+                              self.link_ratio)
 
     def regret(self, algorithm: str) -> float:
         """How much slower ``algorithm`` is than the best of this case (0.1 = 10% slower)."""
@@ -44,15 +47,22 @@ class Case:
 def cases_from_bench(rows: Iterable[dict]) -> list[Case]:
     """Group pccl-bench rows of explicit pccl algorithms (``--backends pccl:all``) by configuration.
 
-    Rows with wrong results and pccl's own (auto) rows are left out; baselines are not pccl algorithms.
+    Rows with wrong results and pccl's own (auto) rows are left out; baselines are not pccl algorithms. The
+    link ratio comes from the rows' ``links`` (pccl-bench records what ``init()`` measured); rows written before
+    pccl measured links count as one machine without a network (ratio 1).
     """
     grouped: dict[tuple, dict[str, float]] = defaultdict(dict)
     for r in rows:
         if r["backend"] != "pccl" or r.get("auto") or r.get("wrong", 0) > 0:
             continue
-        key = (r["collective"], r["size_bytes"], r["ranks"], r["local_size"], _DTYPE_SIZE[r["dtype"]])
+        key = (r["collective"], r["size_bytes"], r["ranks"], r["local_size"], _DTYPE_SIZE[r["dtype"]], _ratio(r))
         grouped[key][r["algorithm"]] = r["time_us"] * 1e-6
     return [Case(*key, times=times) for key, times in sorted(grouped.items()) if len(times) > 1]
+
+
+def _ratio(row: dict) -> float:
+    links = row.get("links")
+    return float(links.get("ratio", 1.0)) if isinstance(links, dict) else 1.0
 
 
 def cases_from_model(profile: MachineProfile, layouts: Iterable[tuple[int, int]], sizes: Iterable[int],
@@ -64,5 +74,5 @@ def cases_from_model(profile: MachineProfile, layouts: Iterable[tuple[int, int]]
             for nbytes in sizes:
                 times = {a: costs.predict(collective, a, nbytes, ranks // local, local, profile)
                          for a in valid_names(collective)}
-                cases.append(Case(collective, nbytes, ranks, local, dtype_size, times, source="model"))
+                cases.append(Case(collective, nbytes, ranks, local, dtype_size, 1.0, times, source="model"))
     return cases

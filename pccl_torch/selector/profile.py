@@ -146,11 +146,12 @@ class Profile:
         return [self.classes[k] for k in tree["ranking"][node]]
 
     def in_range(self, features: list[float]) -> bool:
-        """Whether a call's features lie inside what the profile was trained on (sizes with a factor-2 margin)."""
+        """Whether a call's features lie inside what the profile was trained on (sizes with a factor-2 margin,
+        link ratios with a factor-1.4 one)."""
         ranges = self.metadata.get("feature_ranges", {})
         for i, name in enumerate(FEATURE_NAMES):
             lo, hi = ranges.get(name, (-float("inf"), float("inf")))
-            margin = 1.0 if name == "log2_bytes" else 0.0
+            margin = {"log2_bytes": 1.0, "log2_link_ratio": 0.5}.get(name, 0.0)
             if not lo - margin <= features[i] <= hi + margin:
                 return False
         return True

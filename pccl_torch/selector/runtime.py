@@ -15,8 +15,10 @@ import os
 from pathlib import Path
 
 from pccl_torch import heuristic
+from pccl_torch.links import NONE as NO_LINKS
+from pccl_torch.links import Links
 from pccl_torch.plan import names_for
-from pccl_torch.selector.features import feature_vector
+from pccl_torch.selector.features import feature_vector, link_feature
 from pccl_torch.selector.profile import PROFILE_ENV, Profile
 from pccl_torch.topology import Topology
 
@@ -53,29 +55,39 @@ class Selector:
         self._machine = None
         self._warned = False
 
-    def choose(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, device: str = "cpu") -> str:
-        return self.explain(collective, nbytes, topology, dtype_size, device)[0]
+    def choose(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, device: str = "cpu",
+               links: Links = NO_LINKS) -> str:
+        return self.explain(collective, nbytes, topology, dtype_size, device, links)[0]
 
     def explain(self, collective: str, nbytes: int, topology: Topology, dtype_size: int,
-                device: str = "cpu") -> tuple[str, str]:
+                device: str = "cpu", links: Links = NO_LINKS) -> tuple[str, str]:
         """(algorithm, why): ``why`` is "profile", "cost model" or "heuristic". Only names that run on
-        ``device`` tensors are chosen (never ``hier-gloo:`` for CUDA tensors)."""
-        key = (collective, dtype_size, nbytes.bit_length(), topology.world_size, topology.local_size, device)
+        ``device`` tensors are chosen (never ``hier-gloo:`` for CUDA tensors). ``links``: what ``init()``
+        measured (the link-ratio feature, and the inter-node parameters of the cost model)."""
+        key = (collective, dtype_size, nbytes.bit_length(), topology.world_size, topology.local_size, device,
+               link_feature(links.ratio()))
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._decide(collective, nbytes, topology, dtype_size, device)
+            hit = self._cache[key] = self._decide(collective, nbytes, topology, dtype_size, device, links)
         return hit
 
-    def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int,
-                device: str) -> tuple[str, str]:
-        if topology.world_size == 1:
-            return heuristic.choose(collective, nbytes, topology), "heuristic"
-        valid = names_for(collective, device)
+    def covers(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, links: Links) -> bool:
+        """Whether the profile was trained on this call's layout and links (sizes aside: those are clamped)."""
+        return self.profile.in_range(self._features(collective, nbytes, topology, dtype_size, links))
+
+    def _features(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, links: Links) -> list[float]:
         # Below the smallest trained size every schedule is latency-bound, above the largest bandwidth-bound:
         # decide as for that size.
         smallest, largest = self.profile.metadata.get("feature_ranges", {}).get("log2_bytes", [0.0, 64.0])[:2]
         sized = min(max(nbytes, int(2 ** smallest), 1), int(2 ** largest))
-        features = feature_vector(collective, sized, topology.world_size, topology.local_size, dtype_size)
+        return feature_vector(collective, sized, topology.world_size, topology.local_size, dtype_size, links.ratio())
+
+    def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int,
+                device: str, links: Links) -> tuple[str, str]:
+        if topology.world_size == 1:
+            return heuristic.choose(collective, nbytes, topology), "heuristic"
+        valid = names_for(collective, device)
+        features = self._features(collective, nbytes, topology, dtype_size, links)
         if self.profile.in_range(features):
             for name in self.profile.rank(features):
                 if name in valid:
@@ -85,7 +97,7 @@ class Selector:
                         collective, nbytes, topology.num_nodes, topology.local_size, self.origin,
                         "cost model" if self.profile.machine_profile else "heuristic")
             self._warned = True
-        machine = self.machine_profile()
+        machine = self.machine_profile(links)
         if machine is None:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
         from pccl_torch.sim import costs
@@ -94,10 +106,13 @@ class Selector:
                  for a in valid}
         return min(times, key=times.__getitem__), "cost model"
 
-    def machine_profile(self):
-        """The machine parameters stored in the profile (None without them)."""
+    def machine_profile(self, links: Links = NO_LINKS):
+        """The machine parameters stored in the profile (None without them), with the inter-node link's
+        latency and bandwidth replaced by the measured ones when ``links`` has them."""
         if self._machine is None and self.profile.machine_profile:
             from pccl_torch.sim.machine import MachineProfile
 
             self._machine = MachineProfile.from_dict(self.profile.machine_profile)
-        return self._machine
+        if self._machine is None or links.inter is None or links.ratio() <= 1.0:
+            return self._machine
+        return self._machine.with_inter_link(links.inter.latency_s, 1.0 / links.inter.bytes_per_s)

@@ -44,20 +44,20 @@ def cross_validate(cases: Sequence[Case], names: Sequence[str] | None = None
     return results, choices
 
 
-def _grid(cases: Sequence[Case]) -> list[tuple[str, int, int, int, int]]:
+def _grid(cases: Sequence[Case]) -> list[tuple[str, int, int, int, int, float]]:
     """Every trained (collective, layout, dtype) at sizes 2^(k/2) across the trained size range."""
     lo = min(c.nbytes for c in cases)
     hi = max(c.nbytes for c in cases)
     sizes = sorted({int(2 ** (k / 2)) for k in range(int(2 * math.log2(lo)), int(2 * math.log2(hi)) + 1)})
-    configs = {(c.collective, c.ranks, c.local_size, c.dtype_size) for c in cases}
-    return [(coll, s, r, l, d) for coll, r, l, d in sorted(configs) for s in sizes]
+    configs = {(c.collective, c.ranks, c.local_size, c.dtype_size, c.link_ratio) for c in cases}
+    return [(coll, s, r, l, d, k) for coll, r, l, d, k in sorted(configs) for s in sizes]
 
 
 def distill(selector, cases: Sequence[Case]):
     """A decision tree reproducing ``selector``'s valid choices on the cases and a dense size grid."""
     from sklearn.tree import DecisionTreeClassifier
 
-    points = [(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size) for c in cases] + _grid(cases)
+    points = [(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size, c.link_ratio) for c in cases] + _grid(cases)
     features = [feature_vector(*p) for p in points]
     labels = [first_valid(r, p[0]) for r, p in zip(selector.rank(features), points)]
     tree = DecisionTreeClassifier(random_state=0).fit(np.array(features), labels)

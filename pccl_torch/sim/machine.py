@@ -10,6 +10,7 @@ are lost when a profile is saved; the mapping is kept).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field, fields
@@ -116,6 +117,13 @@ class MachineProfile:
         if data:
             raise TypeError(f"unexpected argument {next(iter(data))!r} in machine profile")
         return cls(**values)
+
+    def with_inter_link(self, latency_s: float, seconds_per_byte: float) -> "MachineProfile":
+        """This machine behind a measured network: the inter-node latency and bandwidth (of MPI and of the
+        vendor ring across nodes) replaced by what ``pccl_torch.links`` measured."""
+        return dataclasses.replace(self, alpha_inter=latency_s, beta_inter=seconds_per_byte,
+                                   beta_vendor_inter=seconds_per_byte,
+                                   alpha_vendor_step=max(self.alpha_vendor_step, latency_s))
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML mapping (human units), the inverse of :meth:`from_dict`."""

@@ -34,7 +34,7 @@ def _two_ranks(profile_0: str, profile_1: str) -> dict:
 @pytest.mark.multiprocess
 def test_ranks_with_different_profiles_make_rank_0s_choices(tmp_path) -> None:
     machine = load_machine("perlmutter")
-    cases = [Case(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size, c.times, "measured")
+    cases = [Case(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size, c.link_ratio, c.times, "measured")
              for c in cases_from_model(machine, [(2, 1), (4, 2)], [1 << k for k in range(10, 25)])]
     profile, _, _ = train(cases, machine_profile=machine.to_dict(), candidates=["tree"])
     mine = tmp_path / "rank0.json"

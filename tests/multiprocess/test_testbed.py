@@ -78,6 +78,13 @@ def test_hierarchical_collectives_across_namespaces(testbed: TestbedConfig) -> N
     # MPI between namespaces goes through the shaped links; inside a namespace it does not.
     assert report["inter_mbit"] <= 1.15 * RATE_MBIT, report
     assert report["intra_mbit"] >= 2 * RATE_MBIT, report
+    # The links init() measured (pccl_torch.links): rank 0's numbers on every rank, the shaped rate between
+    # nodes, far faster inside one.
+    links = report["links"]
+    assert all(entry == links[0] for entry in links), links
+    inter_mbit = links[0]["inter"]["bytes_per_s"] * 8e-6
+    assert 0.5 * RATE_MBIT <= inter_mbit <= 1.2 * RATE_MBIT, links[0]
+    assert links[0]["ratio"] >= 4 and links[0]["source"] in ("measured", "cache"), links[0]
 
 
 @pytest.mark.multiprocess

@@ -67,7 +67,7 @@ def _row(backend: str, algorithm: str, time_us: float, auto: bool = False, compr
             "compression": compression,
             "size_bytes": 4096, "count": 1024, "dtype": "float32", "time_us": time_us, "algbw_gbps": 1.0,
             "busbw_gbps": 1.5, "wrong": 0, "ranks": 4, "local_size": 2, "nodes": 2, "iters": 5, "warmup": 1,
-            "hostname": "h", "versions": {"torch": "2.13.0"}, "transport": "mpi"}
+            "hostname": "h", "versions": {"torch": "2.13.0"}, "transport": "mpi", "links": None}
 
 
 def test_ratios_table_json_and_plot(tmp_path) -> None:

@@ -24,7 +24,7 @@ SIZES = [1 << k for k in range(10, 25)]
 def trained():
     """A profile trained on cost-model cases of Perlmutter marked as measured (a known ground truth)."""
     machine = load_machine("perlmutter")
-    cases = [Case(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size, c.times, "measured")
+    cases = [Case(c.collective, c.nbytes, c.ranks, c.local_size, c.dtype_size, c.link_ratio, c.times, "measured")
              for c in cases_from_model(machine, [(4, 1), (8, 4), (16, 4)], SIZES)]
     profile, scores, held_out = train(cases, machine_profile=machine.to_dict(), candidates=["tree", "knn"])
     return profile, scores, held_out, cases

@@ -1,0 +1,207 @@
+"""The links a communicator's collectives cross, measured when its choice state is attached.
+
+What tells emulated nodes sharing memory from the same layout behind a network is the link between the nodes:
+its latency and bandwidth against those inside a node. Rank 0's measurement is broadcast, so every rank
+decides with the same numbers. Measured with the levels pccl runs on: local ranks 0 and 1 of node 0 exchange
+over the intra-node level, then local rank 0 of nodes 0 and 1 over the inter-node level (``sendrecv``: both
+directions at once, as the collectives use a link); everyone else waits. A few milliseconds at 1 Gbit/s.
+
+Results are kept per host set and layout in ``~/.cache/pccl-torch/links.json`` (``XDG_CACHE_HOME``). A cached
+entry is re-checked with one exchange between nodes and measured again when that exchange is more than
+``CHECK_TOLERANCE`` times off: a testbed re-shaped to another rate keeps its host names.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from pccl_torch.communicator import Communicator
+    from pccl_torch.transport.base import Transport
+
+log = logging.getLogger(__name__)
+
+LATENCY_BYTES = 8
+LATENCY_ROUNDS = 10
+BANDWIDTH_BYTES = {"intra": 1 << 20, "inter": 256 * 1024}
+"""Bytes of the bandwidth exchanges: shared memory needs a larger message than a network to time above the noise
+of ranks sharing cores (1 MiB: ~0.3 ms here; 256 KiB: ~2 ms at 1 Gbit/s, ~10 ms at 200 Mbit/s)."""
+BANDWIDTH_ROUNDS = 4
+CHECK_BYTES = 64 * 1024
+CHECK_TOLERANCE = 2.0
+CACHE_FORMAT = "pccl-links-1"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link's one-way latency and bandwidth (each direction, both in use at once)."""
+
+    latency_s: float
+    bytes_per_s: float
+
+    def time(self, nbytes: int) -> float:
+        return self.latency_s + nbytes / self.bytes_per_s
+
+
+@dataclass(frozen=True)
+class Links:
+    """Inside a node and between nodes (None where the layout has no such link: one rank a node, one node)."""
+
+    intra: Link | None
+    inter: Link | None
+    source: str
+    """``measured`` (this run), ``cache`` (an earlier run's, re-checked) or ``none`` (nothing to measure)."""
+
+    def ratio(self) -> float:
+        """How many times the intra-node link's bandwidth the inter-node one's is short of (1: no difference
+        known, as on emulated nodes sharing memory)."""
+        if self.intra is None or self.inter is None:
+            return 1.0
+        return max(self.intra.bytes_per_s / self.inter.bytes_per_s, 1.0)
+
+    def as_dict(self) -> dict:
+        return {"intra": asdict(self.intra) if self.intra else None, "inter": asdict(self.inter) if self.inter else None,
+                "source": self.source, "ratio": round(self.ratio(), 3)}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> Links:
+        def link(entry: dict | None) -> Link | None:
+            return None if entry is None else Link(float(entry["latency_s"]), float(entry["bytes_per_s"]))
+        return cls(link(data.get("intra")), link(data.get("inter")), source)
+
+
+NONE = Links(None, None, "none")
+
+
+def _exchange(transport: Transport, peer: int, nbytes: int, rounds: int) -> list[float]:
+    """Seconds of each of ``rounds`` exchanges of ``nbytes`` with ``peer`` (which runs the same loop)."""
+    send, recv = torch.zeros(max(nbytes, 1), dtype=torch.uint8), torch.empty(max(nbytes, 1), dtype=torch.uint8)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        transport.sendrecv(send, peer, recv, peer)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _measure_pair(transport: Transport, peer: int, nbytes: int) -> Link:
+    """Latency: the median small exchange; bandwidth: the fastest large one, less that latency."""
+    _exchange(transport, peer, LATENCY_BYTES, 2)  # connect
+    latency = statistics.median(_exchange(transport, peer, LATENCY_BYTES, LATENCY_ROUNDS))
+    large = min(_exchange(transport, peer, nbytes, BANDWIDTH_ROUNDS))
+    return Link(latency, nbytes / max(large - latency, 1e-9))
+
+
+def _pairs(comm: Communicator) -> tuple[tuple[Transport, int] | None, tuple[Transport, int] | None]:
+    """This rank's part in the two exchanges: (intra-node level, peer) and (inter-node level, peer), or None."""
+    t = comm.topology
+    intra = inter = None
+    if t.node == 0 and t.local_size > 1 and t.local_rank < 2:
+        intra = (comm.intra_mpi, 1 - t.local_rank)
+    if t.num_nodes > 1 and t.local_rank == 0 and t.node < 2:
+        inter = (comm.inter, 1 - t.node)
+    return intra, inter
+
+
+def _host_key(comm: Communicator) -> str:
+    """The same string on every rank: the hosts and network namespaces of every node, and the layout."""
+    here = f"{socket.gethostname()}/{_netns()}/{comm.transport}"
+    mine = torch.frombuffer(bytearray(hashlib.blake2b(here.encode(), digest_size=16).digest()), dtype=torch.uint8)
+    every = torch.empty(16 * comm.topology.world_size, dtype=torch.uint8)
+    comm.world.native_all_gather(every, mine)
+    t = comm.topology
+    return hashlib.blake2b(bytes(every.tolist()) + f"{t.world_size}x{t.local_size}".encode(),
+                           digest_size=16).hexdigest()
+
+
+def _netns() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/net").st_ino)
+    except OSError:
+        return "-"
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pccl-torch" / "links.json"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("pccl links: ignoring the unreadable cache %s: %s", path, exc)
+        return {}
+    if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT:
+        log.warning("pccl links: ignoring %s: not a pccl links cache", path)
+        return {}
+    return document
+
+
+def _write_cache(path: Path, key: str, links: Links) -> None:
+    document = _read_cache(path)
+    if not document and path.exists():
+        return  # never overwrite a file that is not ours
+    entries = dict(document.get("entries", {}))
+    entries[key] = links.as_dict()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
+        temporary.replace(path)
+    except OSError as exc:
+        log.warning("pccl links: cannot write %s: %s", path, exc.strerror)
+
+
+def _cached(comm: Communicator, path: Path | None, key: str) -> Links | None:
+    """Rank 0's cached entry for ``key``, re-checked by one inter-node exchange; None when absent or off."""
+    entry = None
+    if comm.topology.rank == 0 and path is not None:
+        entry = _read_cache(path).get("entries", {}).get(key)
+    entry = comm.world.broadcast_json(entry)
+    if not isinstance(entry, dict):
+        return None
+    try:
+        links = Links.from_dict(entry, "cache")
+    except (KeyError, TypeError, ValueError):
+        return None
+    _, inter = _pairs(comm)
+    ok = True
+    if inter is not None and links.inter is not None:
+        _exchange(*inter, LATENCY_BYTES, 2)  # connect
+        seconds = min(_exchange(*inter, CHECK_BYTES, 3))
+        expected = links.inter.time(CHECK_BYTES)
+        ok = 1 / CHECK_TOLERANCE <= seconds / expected <= CHECK_TOLERANCE
+    return links if comm.world.broadcast_json(ok) else None
+
+
+def measure(comm: Communicator, cache: Path | None = None) -> Links:
+    """The communicator's links (collective over it): from the cache when it still holds, else measured."""
+    t = comm.topology
+    if t.world_size == 1 or (t.local_size == 1 and t.num_nodes == 1):
+        return NONE
+    key = _host_key(comm)
+    links = _cached(comm, cache, key)
+    if links is not None:
+        return links
+    intra_pair, inter_pair = _pairs(comm)
+    comm.world.barrier()
+    intra = _measure_pair(*intra_pair, BANDWIDTH_BYTES["intra"]) if intra_pair else None
+    comm.world.barrier()
+    inter = _measure_pair(*inter_pair, BANDWIDTH_BYTES["inter"]) if inter_pair else None
+    measured = {"intra": asdict(intra) if intra else None, "inter": asdict(inter) if inter else None}
+    links = Links.from_dict(comm.world.broadcast_json(measured), "measured")
+    if t.rank == 0 and cache is not None:
+        _write_cache(cache, key, links)
+    return links

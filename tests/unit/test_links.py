@@ -1,0 +1,87 @@
+"""Link-aware selection without ranks: the link ratio, its cache, the feature, and who decides a networked call
+(a profile trained on such links, else the measured rule)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pccl_torch import links
+from pccl_torch.links import Link, Links
+from pccl_torch.selector.dataset import Case, cases_from_bench
+from pccl_torch.selector.features import FEATURE_NAMES, feature_vector
+from pccl_torch.selector.runtime import Selector
+from pccl_torch.selector.train import train
+from pccl_torch.topology import Topology
+
+GBIT = Links(Link(20e-6, 2.5e9), Link(40e-6, 1.2e8), "measured")  # ~1 Gbit/s between nodes, shared memory inside
+
+
+def test_ratio_and_round_trip() -> None:
+    assert GBIT.ratio() == pytest.approx(2.5e9 / 1.2e8)
+    assert links.NONE.ratio() == 1.0 and Links(Link(1e-6, 1e9), None, "measured").ratio() == 1.0
+    assert Links(Link(1e-6, 1e8), Link(1e-6, 1e9), "measured").ratio() == 1.0  # a faster network: no penalty
+    again = Links.from_dict(json.loads(json.dumps(GBIT.as_dict())), "cache")
+    assert (again.intra, again.inter, again.source) == (GBIT.intra, GBIT.inter, "cache")
+
+
+def test_the_feature_is_the_log2_ratio_to_a_tenth() -> None:
+    assert FEATURE_NAMES[-1] == "log2_link_ratio"
+    assert feature_vector("all_reduce", 1 << 20, 4, 2, 4)[-1] == 0.0
+    assert feature_vector("all_reduce", 1 << 20, 4, 2, 4, 20.8)[-1] == pytest.approx(4.4)
+
+
+def test_cache_write_read_and_a_foreign_file_is_left_alone(tmp_path) -> None:
+    path = tmp_path / "links.json"
+    links._write_cache(path, "key", GBIT)
+    assert links._read_cache(path)["entries"]["key"]["inter"] == {"latency_s": 40e-6, "bytes_per_s": 1.2e8}
+    foreign = tmp_path / "profile.json"
+    foreign.write_text('{"format": "pccl-selector"}')
+    links._write_cache(foreign, "key", GBIT)
+    assert foreign.read_text() == '{"format": "pccl-selector"}'
+
+
+def _rows(ratio: float | None, winner: str) -> list[dict]:
+    """pccl-bench rows of one 4x2 layout where ``winner`` is fastest at every size."""
+    rows = []
+    for collective in ("all_reduce", "all_gather", "reduce_scatter"):
+        for size in (1 << 16, 1 << 18, 1 << 20, 1 << 22):
+            for algorithm, us in ((winner, 100.0), ("ring", 300.0)):
+                rows.append({"collective": collective, "backend": "pccl", "algorithm": algorithm, "auto": False,
+                             "wrong": 0, "size_bytes": size, "ranks": 4, "local_size": 2, "dtype": "float32",
+                             "time_us": us * size / 65536,
+                             **({"links": {"ratio": ratio}} if ratio is not None else {})})
+    return rows
+
+
+def test_rows_carry_their_link_ratio_and_old_rows_count_as_one_machine() -> None:
+    cases = cases_from_bench(_rows(None, "mpi") + _rows(20.0, "hier:mpi"))
+    assert {c.link_ratio for c in cases} == {1.0, 20.0}
+    assert {c.best for c in cases if c.link_ratio == 20.0} == {"hier:mpi"}
+
+
+def test_a_profile_decides_networked_calls_only_for_links_it_was_trained_on() -> None:
+    pytest.importorskip("sklearn")
+    topo = Topology(0, 4, 2, hosts=2)
+    local_only, _, _ = train(cases_from_bench(_rows(None, "mpi")), candidates=["tree"])
+    both, _, _ = train(cases_from_bench(_rows(None, "mpi") + _rows(20.0, "hier:mpi")), candidates=["tree"])
+    assert not Selector(local_only).covers("all_reduce", 1 << 20, topo, 4, GBIT)
+    assert Selector(local_only).covers("all_reduce", 1 << 20, topo, 4, links.NONE)
+    selector = Selector(both)
+    assert selector.covers("all_reduce", 1 << 20, topo, 4, GBIT)
+    assert selector.choose("all_reduce", 1 << 20, topo, 4, links=GBIT) == "hier:mpi"
+    assert selector.choose("all_reduce", 1 << 20, topo, 4, links=links.NONE) == "mpi"
+
+
+def test_measured_links_replace_the_cost_model_s_inter_node_parameters() -> None:
+    from pccl_torch.sim.machine import load
+
+    machine = load("local-cpu")
+    behind = machine.with_inter_link(40e-6, 1 / 1.2e8)
+    assert (behind.alpha_inter, behind.beta_inter, behind.beta_vendor_inter) == (40e-6, 1 / 1.2e8, 1 / 1.2e8)
+    assert behind.beta_intra == machine.beta_intra
+
+
+def test_case_features_include_the_ratio() -> None:
+    case = Case("all_gather", 1 << 20, 4, 2, 4, 20.0, {"mpi": 1.0, "ring": 2.0})
+    assert case.features()[-1] == feature_vector("all_gather", 1 << 20, 4, 2, 4, 20.0)[-1] > 4
