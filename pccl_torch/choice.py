@@ -96,7 +96,8 @@ class Choice:
         if not name and topo.networked and topo.is_hierarchical and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
-            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes)
+            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes,
+                                              self.links.inter.bytes_per_s if self.links.inter else None)
         if not name and self.selector is not None:
             name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type, self.links)
         plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))

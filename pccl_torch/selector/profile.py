@@ -23,6 +23,8 @@ from pccl_torch.selector.features import FEATURE_NAMES
 FORMAT = "pccl-selector"
 VERSION = 1
 PROFILE_ENV = "PCCL_PROFILE"
+LINK_MARGIN = 0.5
+"""How far (log2) a call's link ratio may lie from one the profile was trained on: a factor 1.4."""
 _KEYS = {"format", "version", "features", "classes", "tree", "metadata", "machine_profile", "checksum"}
 _TREE_KEYS = {"feature", "threshold", "left", "right", "ranking"}
 
@@ -146,12 +148,16 @@ class Profile:
         return [self.classes[k] for k in tree["ranking"][node]]
 
     def in_range(self, features: list[float]) -> bool:
-        """Whether a call's features lie inside what the profile was trained on (sizes with a factor-2 margin,
-        link ratios with a factor-1.4 one)."""
+        """Whether a call's features lie inside what the profile was trained on (sizes with a factor-2 margin),
+        its link ratio within a factor 1.4 of one trained on."""
+        trained_links = self.metadata.get("link_features")
+        link = features[FEATURE_NAMES.index("log2_link_ratio")]
+        if trained_links is not None and not any(abs(link - t) <= LINK_MARGIN for t in trained_links):
+            return False
         ranges = self.metadata.get("feature_ranges", {})
         for i, name in enumerate(FEATURE_NAMES):
             lo, hi = ranges.get(name, (-float("inf"), float("inf")))
-            margin = {"log2_bytes": 1.0, "log2_link_ratio": 0.5}.get(name, 0.0)
+            margin = {"log2_bytes": 1.0, "log2_link_ratio": LINK_MARGIN}.get(name, 0.0)
             if not lo - margin <= features[i] <= hi + margin:
                 return False
         return True

@@ -92,6 +92,9 @@ def train(cases: Sequence[Case], *, machine_profile: dict | None = None, version
         "dtype_sizes": sorted({c.dtype_size for c in cases}),
         "feature_ranges": {n: [float(features[:, i].min()), float(features[:, i].max())]
                            for i, n in enumerate(FEATURE_NAMES)},
+        # The link ratios trained on, one by one: a network between two of them (1 Gbit/s between one machine
+        # and 200 Mbit/s) is not covered by interpolating the tree across the gap.
+        "link_features": sorted({float(v) for v in features[:, FEATURE_NAMES.index("log2_link_ratio")]}),
     }
     profile = Profile.build(tree=tree_to_dict(tree), metadata=metadata, machine_profile=machine_profile)
     return profile, scores, held_out[chosen]

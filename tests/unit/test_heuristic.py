@@ -26,3 +26,21 @@ def test_heuristic_prefers_latency_schedules_for_small_and_bandwidth_for_large()
     assert heuristic.choose("all_gather", 1024, flat) == "bruck"
     assert heuristic.choose("reduce_scatter", 1 << 26, flat) == "pairwise"
     assert heuristic.choose("all_reduce", 1 << 26, Topology(0, 6, 1)) == "ring"
+
+
+def test_networked_rule_moves_with_the_measured_link() -> None:
+    from pccl_torch.heuristic import networked_choice
+
+    # No link measured: the fixed thresholds (flat MPI below 256 KiB for all-gather/reduce-scatter, 4 MiB all-reduce).
+    assert networked_choice("all_gather", 64 << 10, 2) == "mpi"
+    assert networked_choice("all_gather", 256 << 10, 2) == "hier:mpi"
+    assert networked_choice("reduce_scatter", 4 << 20, 2) == "hier:pipelined"
+    assert networked_choice("all_reduce", 1 << 20, 2) == "mpi"
+    # 1 Gbit/s (124 MB/s measured): 64 KiB stays flat; 200 Mbit/s (25 MB/s): it takes the hierarchy.
+    assert networked_choice("all_gather", 64 << 10, 2, 124e6) == "mpi"
+    assert networked_choice("reduce_scatter", 64 << 10, 2, 25e6) == "hier:mpi"
+    assert networked_choice("all_gather", 32 << 10, 2, 25e6) == "mpi"
+    # All-reduce keeps its threshold; a fast link never raises the fixed one; uneven node counts keep the ring.
+    assert networked_choice("all_reduce", 1 << 20, 2, 25e6) == "mpi"
+    assert networked_choice("all_gather", 256 << 10, 2, 10e9) == "hier:mpi"
+    assert networked_choice("reduce_scatter", 128 << 10, 3, 25e6) == "hier:ring"

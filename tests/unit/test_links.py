@@ -71,6 +71,9 @@ def test_a_profile_decides_networked_calls_only_for_links_it_was_trained_on() ->
     assert selector.covers("all_reduce", 1 << 20, topo, 4, GBIT)
     assert selector.choose("all_reduce", 1 << 20, topo, 4, links=GBIT) == "hier:mpi"
     assert selector.choose("all_reduce", 1 << 20, topo, 4, links=links.NONE) == "mpi"
+    # Trained on one machine and on a 20x slower network: a 5x slower one lies in the gap, not covered.
+    between = Links(Link(20e-6, 2.5e9), Link(40e-6, 5e8), "measured")
+    assert not selector.covers("all_reduce", 1 << 20, topo, 4, between)
 
 
 def test_measured_links_replace_the_cost_model_s_inter_node_parameters() -> None:
