@@ -13,7 +13,6 @@ entry is re-checked with one exchange between nodes and measured again when that
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import socket
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+
+from pccl_torch import cache_file
 
 if TYPE_CHECKING:
     from pccl_torch.communicator import Communicator
@@ -136,32 +137,13 @@ def default_cache() -> Path:
 
 
 def _read_cache(path: Path) -> dict:
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        log.warning("pccl links: ignoring the unreadable cache %s: %s", path, exc)
-        return {}
-    if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT:
-        log.warning("pccl links: ignoring %s: not a pccl links cache", path)
-        return {}
-    return document
+    return cache_file.read(path, CACHE_FORMAT, "links")
 
 
 def _write_cache(path: Path, key: str, links: Links) -> None:
-    document = _read_cache(path)
-    if not document and path.exists():
-        return  # never overwrite a file that is not ours
-    entries = dict(document.get("entries", {}))
+    entries = dict(_read_cache(path).get("entries", {}))
     entries[key] = links.as_dict()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
-        temporary.replace(path)
-    except OSError as exc:
-        log.warning("pccl links: cannot write %s: %s", path, exc.strerror)
+    cache_file.write(path, CACHE_FORMAT, "links", entries)
 
 
 def _cached(comm: Communicator, path: Path | None, key: str) -> Links | None:

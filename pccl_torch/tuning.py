@@ -15,7 +15,6 @@ never run. ``pccl_torch.stats()["tuning"]`` shows what was tried and chosen.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import statistics
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from pccl_torch import cache_file
 from pccl_torch.errors import PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.plan import Plan, names_for
@@ -169,41 +169,16 @@ class Tuner:
     def _save(self) -> None:
         if self.cache_path is None:
             return
-        document = _read(self.cache_path)
-        if not document and self.cache_path.exists():
-            log.warning("pccl tuning: not writing the tuned choices to %s: the file exists and is not a pccl tuning "
-                        "cache; point %s elsewhere or remove it", self.cache_path, CACHE_ENV)
-            self.cache_path = None
-            return
-        entries = [e for e in document.get("entries", []) if isinstance(e, dict) and e.get("layout") != self.layout]
+        entries = [e for e in cache_file.read(self.cache_path, CACHE_FORMAT, "tuning").get("entries", [])
+                   if isinstance(e, dict) and e.get("layout") != self.layout]
         entries.append({"layout": self.layout, "choices": dict(self.locked)})
-        try:
-            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = self.cache_path.with_suffix(".tmp")
-            temporary.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
-            temporary.replace(self.cache_path)
-        except OSError as exc:
-            log.warning("pccl tuning: cannot write %s: %s", self.cache_path, exc.strerror)
-
-
-def _read(path: Path) -> dict:
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        log.warning("pccl tuning: ignoring the unreadable cache %s: %s", path, exc)
-        return {}
-    if not isinstance(document, dict) or document.get("format") != CACHE_FORMAT:
-        log.warning("pccl tuning: ignoring %s: not a pccl tuning cache (format %r)", path,
-                    document.get("format") if isinstance(document, dict) else type(document).__name__)
-        return {}
-    return document
+        if not cache_file.write(self.cache_path, CACHE_FORMAT, "tuning", entries) and self.cache_path.exists():
+            self.cache_path = None  # another kind of file there: warned once, never overwritten
 
 
 def cache_entries(path: Path) -> list[dict]:
     """The well-formed entries of the cache at ``path`` (``{"layout": {...}, "choices": {shape: algorithm}}``)."""
-    return [e for e in _read(path).get("entries", [])
+    return [e for e in cache_file.read(path, CACHE_FORMAT, "tuning").get("entries", [])
             if isinstance(e, dict) and isinstance(e.get("layout"), dict) and isinstance(e.get("choices"), dict)]
 
 

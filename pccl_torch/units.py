@@ -27,6 +27,14 @@ def size_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def check_size_range(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``-b/-e/-f`` as ``size_range`` takes them, else a usage error (exit 2) saying what is wrong."""
+    try:
+        size_range(args.minbytes, args.maxbytes, args.stepfactor)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
 def size_list_argument(text: str) -> list[int]:
     """A comma list of sizes (``1M,16M``) for argparse's ``type=``."""
     return [size_argument(part) for part in text.split(",") if part.strip()]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from pccl_torch.units import parse_size, size_argument, size_range
+from pccl_torch.units import check_size_range, parse_size, size_argument, size_range
 
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        size_range(args.minbytes, args.maxbytes, args.stepfactor)
-    except ValueError as exc:
-        parser.error(str(exc))
+    check_size_range(parser, args)
     if args.nprocs and not inside_mpi_launch():
         return relaunch(args, argv)
     if args.testbed and not inside_mpi_launch():

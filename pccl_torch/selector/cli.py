@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from pccl_torch.units import format_size, parse_size, size_argument, size_range
+from pccl_torch.units import check_size_range, format_size, parse_size, size_argument, size_range
 
 DEFAULT_WORK_DIR = Path.home() / ".cache" / "pccl-torch" / "tune"
 
@@ -192,10 +192,7 @@ def _links_for(machine, ratio: float):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        size_range(args.minbytes, args.maxbytes, args.stepfactor)
-    except ValueError as exc:
-        parser.error(str(exc))
+    check_size_range(parser, args)
     return explain_command(args) if args.explain else train_command(args)
 
 
