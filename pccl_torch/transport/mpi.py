@@ -17,7 +17,8 @@ MPI call cannot time out, and a dead peer would hang it forever. Between
 two polls the waiting rank yields its core (``sched_yield``): a bare Python spin on ``Test`` made a 1 KiB
 all-reduce over 4 ranks on 2 cores 100x slower (8 ms against MPICH's blocking 80 us: the spinning ranks
 starve the ones they wait for), while test-and-yield costs what a blocking wait does (92 vs 85 us). After
-``_YIELD_S`` of waiting, it naps ``_NAP_S`` between polls instead, so a long wait does not hold a core.
+its spin (a multiple of what such waits took recently; ``_spin_for``), it naps ``_NAP_S`` between polls instead,
+so a long wait (for a late peer) does not hold a core.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -47,11 +48,19 @@ _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int32: 
 def _needs_typing(tensor: torch.Tensor) -> bool:
     """Whether a native reduction must run on a host copy of another dtype (16-bit floats, CUDA)."""
     return tensor.dtype not in _MPI_TYPES or tensor.is_cuda
-# Polling schedule: yield the core between polls for the transport's ``spin_s``, then nap _NAP_S between polls.
+# Polling schedule: yield the core between polls for the wait's spin, then nap _NAP_S between polls.
 #: The spin where each rank has a core; where ranks share cores a spinning rank delays the very rank it waits
-#: for, so the spin is short there.
+#: for, so the spin is short there ...
 SPIN_S = 0.05
 SHARED_CORES_SPIN_S = 0.0002
+#: ... but not shorter than ``SPIN_FACTOR`` times what the same kind of wait took recently (at most
+#: ``MAX_SPIN_S``): a napping rank does not drive MPI's progress, so a call every rank is in stalls until it
+#: wakes (4 ranks on 2 cores, barrier-started all-reduces: 1 MiB 3.5 ms with a flat 0.2 ms spin against 1.1 ms
+#: with a 2 ms one or MPI's blocking call). A wait that outlasts that is a wait for a late peer: it naps, so the
+#: late rank gets the core (the stalls of a fixed long spin in training).
+SPIN_FACTOR = 2.0
+MAX_SPIN_S = 0.01
+_TYPICAL_RISE = 1.1
 _NAP_S = 0.0002
 _POLLS_PER_CHECK = 16
 
@@ -90,6 +99,10 @@ def _buffer(tensor: torch.Tensor, datatype: "MPI.Datatype" = MPI.BYTE) -> Any:
     return [MPI.buffer.fromaddress(tensor.data_ptr(), tensor.numel() * tensor.element_size()), datatype]
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
 def _needs_staging(tensor: torch.Tensor) -> bool:
     return tensor.is_cuda and not cuda_aware()
 
@@ -115,6 +128,7 @@ class MPITransport(Transport):
 
     def __init__(self, comm: "MPI.Comm", *, owned: bool = False) -> None:
         self.comm = comm
+        self._typical: dict[tuple[str, int], float] = {}  # fastest recent seconds per kind of wait (_learn)
         self._owned = owned
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
@@ -123,14 +137,14 @@ class MPITransport(Transport):
         if _needs_staging(tensor):
             with _host_staged(tensor, copy_back=False) as host:
                 return self.send(host, dest)
-        self._complete([self.comm.Isend(_buffer(tensor), dest)], [dest], "send to")
+        self._complete([self.comm.Isend(_buffer(tensor), dest)], [dest], "send to", _nbytes(tensor))
         return None
 
     def recv(self, tensor: torch.Tensor, source: int) -> None:
         if _needs_staging(tensor):
             with _host_staged(tensor, copy_back=True) as host:
                 return self.recv(host, source)
-        self._complete([self.comm.Irecv(_buffer(tensor), source)], [source], "receive from")
+        self._complete([self.comm.Irecv(_buffer(tensor), source)], [source], "receive from", _nbytes(tensor))
         return None
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
@@ -138,7 +152,7 @@ class MPITransport(Transport):
             with _host_staged(send, copy_back=False) as sbuf, _host_staged(recv, copy_back=True) as rbuf:
                 return self.sendrecv(sbuf, dest, rbuf, source)
         requests = [self.comm.Irecv(_buffer(recv), source), self.comm.Isend(_buffer(send), dest)]
-        self._complete(requests, [source, dest], "exchange with")
+        self._complete(requests, [source, dest], "exchange with", _nbytes(send) + _nbytes(recv))
         return None
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
@@ -150,7 +164,8 @@ class MPITransport(Transport):
                 return self.native_all_gather(rbuf, sbuf)
         if self.blocking:
             return self._blocking(self.comm.Allgather, (_buffer(inp), _buffer(out)), "MPI's native all-gather")
-        self._complete_collective(self.comm.Iallgather(_buffer(inp), _buffer(out)), "MPI's native all-gather")
+        self._complete_collective(self.comm.Iallgather(_buffer(inp), _buffer(out)), "MPI's native all-gather",
+                                  _nbytes(out))
         return None
 
     def native_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
@@ -166,7 +181,7 @@ class MPITransport(Transport):
                                   (_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op]),
                                   "MPI's native reduce-scatter")
         request = self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op])
-        self._complete_collective(request, "MPI's native reduce-scatter")
+        self._complete_collective(request, "MPI's native reduce-scatter", _nbytes(inp))
         return None
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
@@ -180,7 +195,7 @@ class MPITransport(Transport):
                                   (MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op]),
                                   "MPI's native all-reduce")
         request = self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
-        self._complete_collective(request, "MPI's native all-reduce")
+        self._complete_collective(request, "MPI's native all-reduce", _nbytes(tensor))
         return None
 
     def _blocking(self, call, args: tuple, what: str) -> None:
@@ -194,8 +209,8 @@ class MPITransport(Transport):
         finally:
             watchdog.disarm(token)
 
-    def _complete_collective(self, request: "MPI.Request", what: str) -> None:
-        self._complete([request], [None], what)
+    def _complete_collective(self, request: "MPI.Request", what: str, nbytes: int) -> None:
+        self._complete([request], [None], what, nbytes)
 
     # Non-blocking collectives for schedules that overlap several (the pipelined hierarchy): each returns
     # the started request; ``wait`` completes one within the deadline. Host buffers of MPI-typed dtypes
@@ -234,45 +249,66 @@ class MPITransport(Transport):
         ranks = [str(p) for p in peers if p is not None]
         return f"{what} rank{'s' if len(ranks) > 1 else ''} {'/'.join(ranks)}" if ranks else what
 
-    def _complete(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str) -> None:
+    def _spin_for(self, key: tuple[str, int]) -> float:
+        """How long a wait of kind ``key`` yields before it naps (see ``SPIN_FACTOR``)."""
+        typical = self._typical.get(key)
+        if typical is None:
+            return self.spin_s
+        return min(max(self.spin_s, SPIN_FACTOR * typical), max(self.spin_s, MAX_SPIN_S))
+
+    def _learn(self, key: tuple[str, int], seconds: float) -> None:
+        """Track the fastest recent wait of kind ``key``: a minimum that rises at most ``_TYPICAL_RISE``-fold a
+        call, so waits for late peers barely move it while a lasting slow-down (a slower link) is followed."""
+        typical = self._typical.get(key)
+        self._typical[key] = seconds if typical is None or seconds < typical else min(seconds, typical * _TYPICAL_RISE)
+
+    def _complete(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str,
+                  nbytes: int = 0) -> None:
         """Wait for ``requests`` (one peer each; None: the whole group) until the deadline, else ``Stalled``.
 
         Polls in batches of ``_POLLS_PER_CHECK`` (yield, test) with nothing else in between: on a shared
         core every instruction between two tests delays the peers this rank waits for. The clock, the
-        deadline and the failure notices are looked at between batches."""
+        deadline and the failure notices are looked at between batches; after the spin of this kind of wait
+        (``what`` and the size class of ``nbytes``: ``_spin_for``) the yield becomes a nap."""
         # One request: its own Test (Testall on a one-element list cost 20 us more per 1 KiB all-reduce
         # on 4 ranks sharing 2 cores: 90 against 70 us).
         test = requests[0].Test if len(requests) == 1 else functools.partial(MPI.Request.Testall, requests)
         start = time.monotonic()
+        key = (what, nbytes.bit_length())
         try:
-            if test():
-                return
-            deadline = start + self.timeout_s
-            next_failure_check = start + _FAILURE_CHECK_S
-            pause = os.sched_yield
-            while True:
-                for _ in range(_POLLS_PER_CHECK):
-                    pause()
-                    if test():
-                        return
-                now = time.monotonic()
-                if failure_notice.reported():
-                    # Stop touching MPI at once: polling a dead peer may make MPICH abort the whole job.
-                    pending = [q for p in peers for q in (self.others() if p is None else [p])]
-                    raise Stalled(self.communicator_ranks(pending), now - start,
-                                  f"{self._label(what, peers)} over MPI: mpiexec reported a failed process")
-                if now >= deadline:
-                    self._abandon(requests, peers, what, now - start)
-                if now >= next_failure_check and _revoke_supported():
-                    # ULFM: a failure this rank's requests never hear of (a non-blocking collective's
-                    # schedule can wait on a survivor) is still known to its failure detector.
-                    next_failure_check = now + _FAILURE_CHECK_S
-                    if self._failed_ranks(wait_s=0.0):
-                        raise self._process_failure(MPI.ERR_PROC_FAILED, peers, what, now - start)
-                if now - start >= self.spin_s:
-                    pause = _nap
+            if not test():
+                self._poll(test, requests, peers, what, start, self._spin_for(key))
         except MPI.Exception as exc:  # a fault-tolerant MPI (ULFM) reports the failure instead of hanging
             raise self._process_failure(exc.Get_error_class(), peers, what, time.monotonic() - start) from exc
+        self._learn(key, time.monotonic() - start)
+
+    def _poll(self, test: Callable[[], bool], requests: list["MPI.Request"], peers: Sequence[int | None],
+              what: str, start: float, spin_s: float) -> None:
+        """``_complete``'s loop: poll ``test`` until it succeeds, the deadline passes or a peer is known dead."""
+        deadline = start + self.timeout_s
+        next_failure_check = start + _FAILURE_CHECK_S
+        pause = os.sched_yield
+        while True:
+            for _ in range(_POLLS_PER_CHECK):
+                pause()
+                if test():
+                    return
+            now = time.monotonic()
+            if failure_notice.reported():
+                # Stop touching MPI at once: polling a dead peer may make MPICH abort the whole job.
+                pending = [q for p in peers for q in (self.others() if p is None else [p])]
+                raise Stalled(self.communicator_ranks(pending), now - start,
+                              f"{self._label(what, peers)} over MPI: mpiexec reported a failed process")
+            if now >= deadline:
+                self._abandon(requests, peers, what, now - start)
+            if now >= next_failure_check and _revoke_supported():
+                # ULFM: a failure this rank's requests never hear of (a non-blocking collective's
+                # schedule can wait on a survivor) is still known to its failure detector.
+                next_failure_check = now + _FAILURE_CHECK_S
+                if self._failed_ranks(wait_s=0.0):
+                    raise self._process_failure(MPI.ERR_PROC_FAILED, peers, what, now - start)
+            if now - start >= spin_s:
+                pause = _nap
 
     def _process_failure(self, error_class: int, peers: Sequence[int | None], what: str, waited: float) -> Stalled:
         """The error for a failure MPI reported (``error_class``): names the failed processes once MPI knows

@@ -74,3 +74,39 @@ def test_threaded_executor_keeps_issue_order_off_the_caller() -> None:
     executor.drain()
     assert order == list(range(20)) and all(f.result() is not caller for f in futures)
     executor.shutdown()
+
+
+def test_polled_waits_spin_for_a_multiple_of_the_fastest_recent_wait_of_their_kind() -> None:
+    from mpi4py import MPI
+
+    from pccl_torch.transport import mpi as tm
+
+    transport = tm.MPITransport(MPI.COMM_SELF)
+    transport.spin_s = tm.SHARED_CORES_SPIN_S
+    small, large = ("MPI's native all-reduce", 10), ("MPI's native all-reduce", 21)
+    assert transport._spin_for(large) == tm.SHARED_CORES_SPIN_S  # nothing seen yet: the machine's spin
+    transport._learn(large, 0.001)
+    assert transport._spin_for(large) == pytest.approx(tm.SPIN_FACTOR * 0.001)
+    assert transport._spin_for(small) == tm.SHARED_CORES_SPIN_S  # each size class learns its own
+    transport._learn(large, 0.5)  # one wait for a late peer barely moves it
+    assert transport._spin_for(large) == pytest.approx(tm.SPIN_FACTOR * 0.001 * tm._TYPICAL_RISE)
+    for _ in range(80):  # a lasting slow-down is followed, up to the cap
+        transport._learn(large, 0.5)
+    assert transport._spin_for(large) == tm.MAX_SPIN_S
+    transport._learn(small, 1e-6)  # never below the machine's spin
+    assert transport._spin_for(small) == tm.SHARED_CORES_SPIN_S
+    transport.spin_s = tm.SPIN_S  # a core per rank: the long spin stays
+    assert transport._spin_for(large) == tm.SPIN_S
+
+
+def test_a_completed_wait_teaches_its_kind() -> None:
+    from mpi4py import MPI
+
+    from pccl_torch.transport import mpi as tm
+
+    transport = tm.MPITransport(MPI.COMM_SELF)
+    received = torch.empty(256)
+    transport.sendrecv(torch.ones(256), 0, received, 0)  # 1 KiB each way
+    assert received.eq(1).all()
+    [(key, seconds)] = transport._typical.items()
+    assert key == ("exchange with", (2 * 1024).bit_length()) and 0 <= seconds < 1
