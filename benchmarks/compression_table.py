@@ -13,14 +13,21 @@ from collections import defaultdict
 from pccl_torch.units import format_size
 
 
+def _column(row: dict) -> str:
+    """A compressed row's column: its backend label (``pccl+int8``, ``pccl:hier:mpi+bf16``; older JSON without
+    labels: ``pccl+<format>``)."""
+    return row.get("label") or f"pccl+{row['compression']}"
+
+
 def table(rows: list[dict]) -> str:
-    formats = list(dict.fromkeys(r["compression"] for r in rows if r.get("compression")))
+    formats = list(dict.fromkeys(_column(r) for r in rows if r.get("compression")))
     cells: dict[tuple[str, int], dict[str, dict]] = defaultdict(dict)
     for r in rows:
-        key = "exact" if r["auto"] else (r["compression"] or r["backend"] if r["backend"] != "pccl" or r.get("compression") else None)
+        key = "exact" if r["auto"] else (_column(r) if r.get("compression") else
+                                         (r["backend"] if r["backend"] != "pccl" else None))
         if key:
             cells[(r["collective"], r["size_bytes"])][key] = r
-    header = ["collective", "size", "pccl exact (ms)", "best baseline (ms)"] + [f"+{f} ms (vs exact)" for f in formats]
+    header = ["collective", "size", "pccl exact (ms)", "best baseline (ms)"] + [f"{f} ms (vs exact)" for f in formats]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (collective, size), row in cells.items():
         baselines = [v["time_us"] for k, v in row.items() if v["backend"] != "pccl"]

@@ -52,10 +52,11 @@ def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nby
 
 
 def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,
-                     dtype: torch.dtype = torch.float32) -> str:
-    """The algorithm ``algorithm=None`` would run for a call of ``collective`` on ``nbytes`` (full buffer)."""
+                     dtype: torch.dtype = torch.float32, compression: str | None = None) -> str:
+    """The plan ``algorithm=None`` would run for a call of ``collective`` on ``nbytes`` (full buffer), named
+    ``<algorithm>+<format>`` when the call is compressed (``compression``, or ``PCCL_COMPRESSION``)."""
     comm = comm or default_communicator()
-    return _plan(comm, collective, None, nbytes, dtype, issued=False).name
+    return _plan(comm, collective, None, nbytes, dtype, compression, issued=False).name
 
 
 def _launch(comm: Communicator, plan: Plan, dtype: torch.dtype, numel: int, op: ReduceOp | None,

@@ -29,6 +29,7 @@ import torch
 
 from pccl_torch import algorithms, compression
 from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical, pipelined
+from pccl_torch.compression import pipelined as compressed_pipelined
 from pccl_torch.compression import schedules as compressed
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
@@ -143,7 +144,9 @@ class Plan:
         return fmt if fmt.wire_bytes(1, dtype) is not None else None
 
     def run_all_gather(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor) -> None:
-        if (fmt := self._forwarding(inp.dtype)) is not None:
+        if (fmt := self._forwarding(inp.dtype)) is not None and self.pipelined:
+            compressed_pipelined.all_gather(fmt, levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
+        elif fmt is not None:
             compressed.hierarchical_all_gather(fmt, levels.intra_level(self.intra), levels.inter, out, inp)
         elif self.pipelined:
             pipelined.all_gather(levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
@@ -154,7 +157,10 @@ class Plan:
             self._between("all_gather")(t, out, inp, Blocks.even(t.size, inp.numel()))
 
     def run_reduce_scatter(self, levels: Levels, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
-        if self.pipelined:
+        if (fmt := self._forwarding(inp.dtype)) is not None and self.pipelined:
+            compressed_pipelined.reduce_scatter(fmt, levels.intra_level("mpi"), levels.inter, inp, out, op,
+                                                self.chunks)
+        elif self.pipelined:
             pipelined.reduce_scatter(levels.intra_level("mpi"), levels.inter, inp, out, op, self.chunks)
         elif self.hierarchical:
             hierarchical.reduce_scatter(levels.intra_level(self.intra), levels.inter, self._between("reduce_scatter"),
@@ -164,7 +170,9 @@ class Plan:
             self._between("reduce_scatter")(t, inp, out, Blocks.even(t.size, out.numel()), op)
 
     def run_all_reduce(self, levels: Levels, buf: torch.Tensor, op: ReduceOp) -> None:
-        if (fmt := self._forwarding(buf.dtype)) is not None:
+        if (fmt := self._forwarding(buf.dtype)) is not None and self.pipelined:
+            compressed_pipelined.all_reduce(fmt, levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
+        elif fmt is not None:
             compressed.hierarchical_all_reduce(fmt, levels.intra_level(self.intra), levels.inter, buf, op)
         elif self.pipelined:
             pipelined.all_reduce(levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
@@ -175,9 +183,12 @@ class Plan:
 
     def compressed(self, fmt: str) -> "Plan":
         """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures). A
-        pipelined plan becomes ``hier:mpi``: compressed phases are not pipelined (yet)."""
-        base = resolve(self.collective, HIER_PREFIX + "mpi") if self.schedule is None else self
-        return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt, chunks=1)
+        pipelined plan stays pipelined with the fixed-size formats (``compression.pipelined``) and becomes
+        ``hier:mpi`` with ``lossless``, whose variable-size messages the pipelined exchanges cannot carry."""
+        base = self
+        if self.pipelined and not compression.get(fmt).fixed_size:
+            base = dataclasses.replace(resolve(self.collective, HIER_PREFIX + "mpi"), chunks=1)
+        return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt)
 
 
 def resolve(collective: Collective, name: str) -> Plan:

@@ -67,7 +67,7 @@ def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> 
         finish(c, k)
 
 
-def _staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport]) -> torch.Tensor:
+def staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport]) -> torch.Tensor:
     """A tensor every one of ``levels`` can work on, holding ``tensor``: on the host when one of them needs host
     memory, in float32 when one of them cannot reduce the dtype (``reduce``); ``tensor`` itself when it is."""
     host = tensor.is_cuda and any(t.host_memory_only for t in levels)
@@ -81,7 +81,7 @@ def _staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport]) -> 
 
 def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch.Tensor, chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, inp.numel()
-    host_out, host_in = _staged(out, False, (intra, inter)), _staged(inp, False, (intra, inter))
+    host_out, host_in = staged(out, False, (intra, inter)), staged(inp, False, (intra, inter))
     from_nodes = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
     by_local = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
     steps = []
@@ -101,7 +101,7 @@ def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch
 def reduce_scatter(intra: Transport, inter: Transport, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp,
                    chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
-    host_in, host_out = _staged(inp, True, (intra, inter)), _staged(out, True, (intra, inter))
+    host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter))
     packed = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
     partial = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
     steps = []
@@ -120,7 +120,7 @@ def reduce_scatter(intra: Transport, inter: Transport, inp: torch.Tensor, out: t
 
 def all_reduce(intra: Transport, inter: Transport, buf: torch.Tensor, op: ReduceOp, chunks: int) -> None:
     local, n = intra.size, buf.numel()
-    host = _staged(buf, True, (intra, inter))
+    host = staged(buf, True, (intra, inter))
     bounds = chunk_bounds(n, chunks, multiple=local)
     width = max(-(-(bounds[0][1] - bounds[0][0]) // local) * local, local)  # whole shards, >= 1 each
     padded_len = width * len(bounds)

@@ -10,7 +10,7 @@ from pathlib import Path
 from pccl_torch.units import format_size
 
 JSON_FIELDS = (
-    "collective", "backend", "algorithm", "auto", "compression", "size_bytes", "count", "dtype", "time_us",
+    "collective", "backend", "label", "algorithm", "auto", "compression", "size_bytes", "count", "dtype", "time_us",
     "algbw_gbps", "busbw_gbps", "wrong", "vs_best_baseline", "vs_exact", "ranks", "local_size", "nodes", "iters", "warmup", "hostname",
     "versions", "transport", "links",
 )

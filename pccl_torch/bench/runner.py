@@ -160,11 +160,12 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 world.native_all_reduce(count, pc.ReduceOp.SUM)
                 wrong = int(count)
             seconds = medians[i]
-            algorithm = backend.algorithm or (pc.choose_algorithm(collective, nbytes, comm, settings.dtype)
-                                              if backend.name == "pccl" else "native")
+            algorithm = backend.algorithm or (
+                pc.choose_algorithm(collective, nbytes, comm, settings.dtype, backend.compression).partition("+")[0]
+                if backend.name == "pccl" else "native")
             algbw = nbytes / seconds / 1e9
             rows.append({
-                "collective": collective, "backend": backend.name, "algorithm": algorithm,
+                "collective": collective, "backend": backend.name, "label": backend.label, "algorithm": algorithm,
                 "auto": backend.auto, "compression": backend.compression,
                 "size_bytes": nbytes, "count": total, "dtype": str(settings.dtype).removeprefix("torch."),
                 "time_us": seconds * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(collective, ranks),

@@ -64,6 +64,16 @@ class WireFormat(abc.ABC):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The wire bytes (a flat uint8 tensor) of a flat contiguous tensor ``x``; ``x`` is not modified."""
 
+    @property
+    def fixed_size(self) -> bool:
+        """Whether the encoded size depends on the element count only (every format but lossless)."""
+        return self.wire_bytes(1, torch.float32) is not None
+
+    def encode_into(self, x: torch.Tensor, wire: torch.Tensor) -> None:
+        """Encode ``x`` into ``wire`` (uint8, exactly ``wire_bytes`` long: fixed-size formats), a slot of a
+        buffer that is sent as a whole."""
+        wire.copy_(self.encode(x))
+
     @abc.abstractmethod
     def decode(self, wire: torch.Tensor, out: torch.Tensor) -> None:
         """Write the values ``wire`` encodes into ``out`` (flat, of the encoded tensor's numel; of its dtype or
@@ -98,6 +108,9 @@ class Bfloat16(WireFormat):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.bfloat16).view(torch.uint8)
 
+    def encode_into(self, x: torch.Tensor, wire: torch.Tensor) -> None:
+        wire.view(torch.bfloat16).copy_(x)  # the same rounding as ``to``: to nearest even
+
     def decode(self, wire: torch.Tensor, out: torch.Tensor) -> None:
         out.copy_(wire.view(torch.bfloat16))
 
@@ -120,9 +133,12 @@ class BlockQuantized(WireFormat):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         wire = torch.empty(self.wire_bytes(x.numel(), x.dtype), dtype=torch.uint8, device=x.device)
+        self.encode_into(x, wire)
+        return wire
+
+    def encode_into(self, x: torch.Tensor, wire: torch.Tensor) -> None:
         values, absmax = self._split(wire, x.numel())
         quantize(x, values, absmax)
-        return wire
 
     def decode(self, wire: torch.Tensor, out: torch.Tensor) -> None:
         values, absmax = self._split(wire, out.numel())

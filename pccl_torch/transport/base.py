@@ -93,6 +93,11 @@ class Transport(abc.ABC):
         """Start the native in-place all-reduce of ``tensor``."""
         raise NotImplementedError(f"{self.name} has no non-blocking all-reduce")
 
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> object:
+        """Start the native all-to-all of equal blocks: block ``j`` of ``inp`` goes to rank ``j``, block ``i`` of
+        ``out`` comes from rank ``i`` (``size`` blocks each; bytes, so any dtype)."""
+        raise NotImplementedError(f"{self.name} has no non-blocking all-to-all")
+
     def wait(self, request: object, what: str) -> None:
         """Complete a request a ``start_*`` call returned, within the deadline."""
         raise NotImplementedError(f"{self.name} has no non-blocking collectives")

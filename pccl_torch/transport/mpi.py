@@ -228,6 +228,10 @@ class MPITransport(Transport):
         """Start MPI's in-place all-reduce of ``tensor``."""
         return self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
 
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> "MPI.Request":
+        """Start MPI's all-to-all of ``size`` equal blocks (as bytes)."""
+        return self.comm.Ialltoall(_buffer(inp), _buffer(out))
+
     def wait(self, request: "MPI.Request", what: str) -> None:
         """Complete a started collective within the deadline (driving every other pending one meanwhile)."""
         self._complete([request], [None], what)

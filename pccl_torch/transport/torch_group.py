@@ -65,6 +65,10 @@ class TorchGroupTransport(Transport):
         opts.reduceOp = _TORCH_OPS[op]
         return self.group.allreduce([tensor], opts)
 
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> dist.Work:
+        return self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8), [], [],
+                                        dist.AllToAllOptions())
+
     def wait(self, request: dist.Work, what: str) -> None:
         self._wait([request], self.others(), what)
 

@@ -66,11 +66,12 @@ COMPRESSED_RUNS = [("bf16", 6, 3), ("int8", 4, 2), ("fp8", 5, 1), ("lossless", 4
 def test_compressed_collectives(fmt: str, ranks: int, local_size: int, tmp_path) -> None:
     """``compression=`` on flat, hierarchical, pipelined and gloo-inside-the-node plans: all-gathers deliver
     exactly the format's round trip of every input, reductions stay within the format's error, all-reduce
-    results are bitwise identical on every rank; bad formats and dtypes are rejected on every rank."""
+    results are bitwise identical on every rank; bad formats and dtypes are rejected on every rank. The
+    pipelined plan runs in 3 chunks (its compressed form for the fixed-size formats, ``hier:mpi`` for lossless)."""
     summary = tmp_path / "summary.json"
     result = launch("driver.py", ranks, "--compression", fmt, "--algorithms",
                     "mpi,ring,hier:mpi,hier:pipelined,hier-gloo:ring,vendor", "--json", str(summary),
-                    local_size=local_size)
+                    local_size=local_size, env={"PCCL_PIPELINE_CHUNKS": "3"})
     assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"][:30])

@@ -63,7 +63,9 @@ def test_bus_bandwidth_factors_follow_nccl_tests() -> None:
 
 
 def _row(backend: str, algorithm: str, time_us: float, auto: bool = False, compression: str | None = None) -> dict:
-    return {"collective": "all_reduce", "backend": backend, "algorithm": algorithm, "auto": auto,
+    label = backend if backend != "pccl" else (f"pccl+{compression}" if compression else
+                                               ("pccl" if auto else f"pccl:{algorithm}"))
+    return {"collective": "all_reduce", "backend": backend, "label": label, "algorithm": algorithm, "auto": auto,
             "compression": compression,
             "size_bytes": 4096, "count": 1024, "dtype": "float32", "time_us": time_us, "algbw_gbps": 1.0,
             "busbw_gbps": 1.5, "wrong": 0, "ranks": 4, "local_size": 2, "nodes": 2, "iters": 5, "warmup": 1,

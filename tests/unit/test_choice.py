@@ -71,6 +71,26 @@ def test_explicit_and_pccl_algo_come_first() -> None:
                        torch.float32).name == "hier:mpi"
 
 
+def test_compressed_plans_pipeline_from_enough_chunks_and_only_between_nodes() -> None:
+    choice = Choice(overrides={}, compression={"all_gather": "int8", "all_reduce": "lossless"})
+    networked = comm(hosts=2)
+    large = choice.plan(networked, "all_gather", None, 64 << 20, torch.float32)
+    assert large.name == "hier:pipelined+int8" and large.chunks == 32 and large.compression == "int8"
+    few = choice.plan(networked, "all_gather", None, 4 << 20, torch.float32)  # 4 chunks of 1 MiB: not worth it
+    assert few.name == "hier:mpi+int8" and not few.pipelined
+    named = choice.plan(networked, "all_gather", "hier:pipelined", 4 << 20, torch.float32)
+    assert named.name == "hier:pipelined+int8" and named.chunks == 4
+    variable = choice.plan(networked, "all_reduce", None, 64 << 20, torch.float32)  # lossless: unpipelined
+    assert variable.name == "hier:mpi+lossless" and not variable.pipelined
+    exact = choice.plan(networked, "reduce_scatter", None, 64 << 20, torch.float32)
+    assert exact.compression is None
+    one_node, choice = comm(hosts=1, world=4, local=4), Choice(overrides={}, compression={"all_gather": "int8"})
+    assert choice.plan(one_node, "all_gather", None, 64 << 20, torch.float32).compression is None
+    assert choice.plan(one_node, "all_gather", None, 64 << 20, torch.float32, "bf16").compression is None
+    with pytest.raises(TypeError, match="'bf16' does not apply to torch.bfloat16"):  # checked on one node too
+        choice.plan(one_node, "all_gather", None, 1024, torch.bfloat16, "bf16")
+
+
 def test_an_intra_library_the_device_lacks_fails_before_communication() -> None:
     choice = Choice(overrides={})
     with pytest.raises(ValueError, match="does not serve cpu tensors"):

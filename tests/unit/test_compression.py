@@ -8,6 +8,7 @@ import torch
 
 from pccl_torch.algorithms import Blocks
 from pccl_torch.compression import FORMATS, get
+from pccl_torch.compression import pipelined as compressed_pipelined
 from pccl_torch.compression import schedules
 from pccl_torch.compression.config import env_formats, for_call
 from pccl_torch.ops import ReduceOp
@@ -269,6 +270,92 @@ def test_hierarchical_compressed_all_reduce_is_identical_everywhere_and_close(no
         exact = torch.stack([x.double() for x in inputs]).sum(0)
         scale = torch.stack([x.double().abs() for x in inputs]).sum(0).max()
         assert (results[0].double() - exact).abs().max() <= tolerance * scale
+
+
+# --- pipelined two-level forms (compression.pipelined) -------------------------------------------------
+
+PIPELINE_CHUNKS = [1, 2, 5]
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("name", ["bf16", "int8", "fp8"])
+def test_pipelined_compressed_all_gather_equals_the_round_trip_of_every_block(nodes: int, local: int,
+                                                                              name: str) -> None:
+    from tests.unit.test_hierarchical import run_grid
+
+    p, fmt = nodes * local, get(name)
+    for n, chunks in ((0, 2), (1, 3), (300, 2), (1031, 5), (600, 1)):  # chunks start at multiples of 256
+        inputs = [values(n, torch.float32, 11 * p + g + n, special=True) for g in range(p)]
+        expected = torch.cat([fmt.round_trip(x) for x in inputs])
+
+        def fn(intra_t, inter_t, g, n=n, chunks=chunks, inputs=inputs):
+            out = torch.full((p * n,), 7.0)
+            mine = inputs[g].clone()
+            compressed_pipelined.all_gather(fmt, intra_t, inter_t, out, mine, chunks)
+            assert torch.equal(mine.view(torch.uint8), inputs[g].view(torch.uint8))
+            return out
+
+        for out in run_grid(nodes, local, fn):
+            assert torch.equal(out.view(torch.uint8), expected.view(torch.uint8)), (n, chunks)
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("name,dtype", [("bf16", torch.float32), ("int8", torch.float32), ("fp8", torch.float64),
+                                        ("int8", torch.float64)], ids=str)
+def test_pipelined_compressed_reduce_scatter_equals_the_unpipelined_one(nodes: int, local: int, name: str,
+                                                                        dtype: torch.dtype) -> None:
+    """Bit for bit the same as the exact intra-node reduce-scatter followed by the compressed one between nodes."""
+    from pccl_torch.algorithms import hierarchical
+    from tests.unit.test_hierarchical import run_grid
+
+    p, fmt = nodes * local, get(name)
+    for n, op in ((1, ReduceOp.MAX), (300, ReduceOp.SUM), (777, OPS[p % 4])):
+        inputs = [values(p * n, dtype, 13 * p + g + n) for g in range(p)]
+
+        def unpipelined(intra_t, inter_t, g, n=n, op=op, inputs=inputs):
+            out = torch.empty(n, dtype=dtype)
+            between = lambda t, i, o, b, o2: schedules.reduce_scatter(fmt, t, i, o, b, o2)  # noqa: E731
+            hierarchical.reduce_scatter(intra_t, inter_t, between, inputs[g].clone(), out, op)
+            return out
+
+        expected = run_grid(nodes, local, unpipelined)
+        for chunks in PIPELINE_CHUNKS:
+            def fn(intra_t, inter_t, g, n=n, op=op, inputs=inputs, chunks=chunks):
+                out = torch.full((n,), 7.0, dtype=dtype)
+                mine = inputs[g].clone()
+                compressed_pipelined.reduce_scatter(fmt, intra_t, inter_t, mine, out, op, chunks)
+                assert torch.equal(mine, inputs[g])
+                return out
+
+            for g, out in enumerate(run_grid(nodes, local, fn)):
+                assert torch.equal(out, expected[g]), (g, n, op, chunks)
+
+
+@pytest.mark.parametrize("nodes,local", GRIDS)
+@pytest.mark.parametrize("name,dtype", [("bf16", torch.float32), ("int8", torch.float32), ("fp8", torch.float32),
+                                        ("int8", torch.bfloat16)], ids=str)
+def test_pipelined_compressed_all_reduce_is_identical_everywhere_and_close(nodes: int, local: int, name: str,
+                                                                           dtype: torch.dtype) -> None:
+    from tests.unit.test_hierarchical import run_grid
+
+    p, fmt = nodes * local, get(name)
+    tolerance = {"bf16": 2 ** -7, "int8": 2 / 127, "fp8": 2 ** -3}[name]
+    tolerance = max(tolerance, 4 * torch.finfo(dtype).eps)
+    for n, chunks in ((0, 2), (1, 1), (5, 3), (1000, 2), (2053, 5)):
+        inputs = [values(n, dtype, 17 * p + g + n) for g in range(p)]
+
+        def fn(intra_t, inter_t, g, inputs=inputs, chunks=chunks):
+            buf = inputs[g].clone()
+            compressed_pipelined.all_reduce(fmt, intra_t, inter_t, buf, ReduceOp.SUM, chunks)
+            return buf
+
+        results = run_grid(nodes, local, fn)
+        for out in results[1:]:
+            assert torch.equal(out.view(torch.uint8), results[0].view(torch.uint8)), (n, chunks)
+        if n:
+            exact = torch.stack([x.double() for x in inputs]).sum(0)
+            scale = torch.stack([x.double().abs() for x in inputs]).sum(0).max()
+            assert (results[0].double() - exact).abs().max() <= tolerance * scale * 1.01, (n, chunks)
 
 
 # --- framework adapters ------------------------------------------------------------------------------------
