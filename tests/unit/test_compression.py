@@ -3,6 +3,8 @@ against references built from the formats themselves: what every rank must hold,
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -314,7 +316,7 @@ def test_pipelined_compressed_reduce_scatter_equals_the_unpipelined_one(nodes: i
 
         def unpipelined(intra_t, inter_t, g, n=n, op=op, inputs=inputs):
             out = torch.empty(n, dtype=dtype)
-            between = lambda t, i, o, b, o2: schedules.reduce_scatter(fmt, t, i, o, b, o2)  # noqa: E731
+            between = functools.partial(schedules.reduce_scatter, fmt)
             hierarchical.reduce_scatter(intra_t, inter_t, between, inputs[g].clone(), out, op)
             return out
 
