@@ -58,14 +58,15 @@ def check_collectives(comm: pc.Communicator, gloo: dist.ProcessGroup) -> list[st
                         problem = f"{type(exc).__name__}: {exc}"
                     if problem:
                         failures.append(f"{what}: {problem}")
-    for fmt in WIRE_FORMATS:  # each wire format once, on the default plan of each collective
-        seed += 1
-        try:
-            problem = _check_compressed(comm, gloo, fmt, rank, size, seed)
-        except Exception as exc:  # noqa: BLE001
-            problem = f"{type(exc).__name__}: {exc}"
-        if problem:
-            failures.append(f"compression {fmt}: {problem}")
+    for fmt in WIRE_FORMATS:  # each wire format on the default plan and on the pipelined hierarchy
+        for algorithm in (None, "hier:pipelined"):
+            seed += 1
+            try:
+                problem = _check_compressed(comm, gloo, fmt, algorithm, rank, size, seed)
+            except Exception as exc:  # noqa: BLE001
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem:
+                failures.append(f"compression {fmt} ({algorithm or 'auto'}): {problem}")
     return failures
 
 
@@ -96,13 +97,15 @@ def _check_one(comm, gloo, collective: str, name: str, dtype: torch.dtype, n: in
     return None
 
 
-def _check_compressed(comm, gloo, fmt: str, rank: int, size: int, seed: int) -> str | None:
+def _check_compressed(comm, gloo, fmt: str, algorithm: str | None, rank: int, size: int, seed: int) -> str | None:
     """A float32 all-reduce with ``fmt`` between nodes: identical on every rank, close to gloo's sum (lossless:
-    equal to it, on integer values whose sums are exact in any order)."""
+    equal to it, on integer values whose sums are exact in any order). ``hier:pipelined`` needs 2 levels."""
+    if algorithm is not None and not comm.topology.is_hierarchical:
+        return None
     buf = (_values(4099, rank, torch.float32, seed) if fmt == "lossless"
            else torch.randn(4099, generator=torch.Generator().manual_seed(seed + rank)))
     ref = buf.clone()
-    pc.all_reduce(buf, comm=comm, compression=fmt)
+    pc.all_reduce(buf, comm=comm, compression=fmt, algorithm=algorithm)
     dist.all_reduce(ref, group=gloo)
     if _differs_across_ranks(buf, gloo):
         return "results differ between ranks"

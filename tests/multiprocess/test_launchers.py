@@ -25,7 +25,8 @@ def test_torchrun_every_algorithm_ddp_and_fsdp2(ranks: int, local_size: int, tmp
     """`torchrun` + `dist.init_process_group("pccl")`: every CPU algorithm against gloo (bitwise), each wire
     format, DDP and FSDP2 with clip_grad_norm_ giving gloo's losses, all through pccl over torch groups."""
     out = tmp_path / "launcher.json"
-    report = _report(out, torchrun("launcher_driver.py", ranks, "--json", str(out), local_size=local_size))
+    report = _report(out, torchrun("launcher_driver.py", ranks, "--json", str(out), local_size=local_size,
+                                   env={"PCCL_PIPELINE_CHUNKS": "3"}))  # pipelined plans in several chunks
     assert report["failures"] == [] and report["passed"] == ranks
     for entry in report["ranks"]:
         assert set(entry["transport"]) == {"torch:gloo"}, entry["transport"]
