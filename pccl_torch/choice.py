@@ -23,7 +23,7 @@ from pccl_torch import heuristic, links, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
-from pccl_torch.plan import HIER_PREFIX, Plan, env_overrides, names_for, resolve
+from pccl_torch.plan import Plan, env_overrides, names_for, resolve
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.sim.pipeline import COMPRESSED_MIN_CHUNKS, pipeline_chunks
@@ -62,10 +62,8 @@ class Choice:
             plan = self._decide(comm, collective, algorithm, nbytes, dtype)
             wire = compression_config.for_call(collective, compression, self.compression, dtype)
             if wire is not None and comm.topology.num_nodes > 1:  # on one node nothing crosses a network
-                if plan.pipelined and plan.chunks < COMPRESSED_MIN_CHUNKS and not (
-                        algorithm or collective in self.overrides):
-                    plan = resolve(collective, HIER_PREFIX + "mpi")  # too few chunks to pay for compressed ones
-                plan = plan.compressed(wire)
+                named = bool(algorithm) or collective in self.overrides  # pccl's own choice pipelines from
+                plan = plan.compressed(wire, pipeline=named or plan.chunks >= COMPRESSED_MIN_CHUNKS)  # enough chunks
             if len(self.plans) >= _PLANS_MAX:  # bounded: programs with ever-new sizes start over
                 self.plans.clear()
             self.plans[key] = plan

@@ -141,7 +141,7 @@ class Plan:
         if self.compression is None or not self.hierarchical:
             return None
         fmt = compression.get(self.compression)
-        return fmt if fmt.wire_bytes(1, dtype) is not None else None
+        return fmt if fmt.fixed_size else None
 
     def run_all_gather(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor) -> None:
         if (fmt := self._forwarding(inp.dtype)) is not None and self.pipelined:
@@ -181,12 +181,13 @@ class Plan:
         else:
             self._between("all_reduce")(getattr(levels, self.transport), buf, op)
 
-    def compressed(self, fmt: str) -> "Plan":
+    def compressed(self, fmt: str, *, pipeline: bool = True) -> "Plan":
         """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures). A
-        pipelined plan stays pipelined with the fixed-size formats (``compression.pipelined``) and becomes
-        ``hier:mpi`` with ``lossless``, whose variable-size messages the pipelined exchanges cannot carry."""
+        pipelined plan stays pipelined with the fixed-size formats (``compression.pipelined``) when ``pipeline``,
+        and otherwise becomes ``hier:mpi`` (always with ``lossless``, whose variable-size messages the pipelined
+        exchanges cannot carry)."""
         base = self
-        if self.pipelined and not compression.get(fmt).fixed_size:
+        if self.pipelined and not (pipeline and compression.get(fmt).fixed_size):
             base = dataclasses.replace(resolve(self.collective, HIER_PREFIX + "mpi"), chunks=1)
         return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt)
 

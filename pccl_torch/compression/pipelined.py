@@ -27,34 +27,10 @@ import torch
 
 from pccl_torch.algorithms.pipelined import chunk_bounds, run, staged
 from pccl_torch.compression.formats import WireFormat
+from pccl_torch.compression.schedules import accumulator_dtype, combine_in_rank_order, decode_node_major, slots
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
-from pccl_torch.triton_kernels import QBLOCK, pack_window, reduce_
-
-
-def _accumulator(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def _slots(buffer: torch.Tensor, width: int) -> list[torch.Tensor]:
-    """``buffer`` cut into consecutive slots of ``width`` bytes."""
-    return [buffer[i * width:(i + 1) * width] for i in range(buffer.numel() // width)] if width else []
-
-
-def _combine_from_nodes(fmt: WireFormat, blocks: list[torch.Tensor], received: list[torch.Tensor], node: int,
-                        acc: torch.Tensor, op: ReduceOp) -> None:
-    """``acc`` = ``op`` in node order of every node's contribution: ``blocks[node]`` (this node's, exact) and the
-    decoded ``received[j]`` of the others (``schedules.reduce_scatter``'s accumulation, node by node)."""
-    for j, wire in enumerate(received):
-        if j == node:
-            if j == 0:
-                acc.copy_(blocks[j])
-            else:
-                reduce_(acc, blocks[j].to(acc.dtype), op)
-        elif j == 0:
-            fmt.decode(wire, acc)
-        else:
-            fmt.decode_accumulate(wire, acc, op)
+from pccl_torch.triton_kernels import QBLOCK, pack_window
 
 
 def _encode_others(fmt: WireFormat, blocks: list[torch.Tensor], send: list[torch.Tensor], node: int) -> None:
@@ -75,17 +51,12 @@ def all_gather(fmt: WireFormat, intra: Transport, inter: Transport, out: torch.T
         wire = torch.empty(width, dtype=torch.uint8, device=host_in.device)
         from_nodes = torch.empty(nodes * width, dtype=torch.uint8, device=host_in.device)
         everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=host_in.device)
-
-        def decode(everyone=everyone, width=width, start=start, stop=stop) -> None:
-            for k, message in enumerate(_slots(everyone, width)):  # k = l * nodes + j: rank j * local + l
-                rank = (k % nodes) * local + k // nodes
-                fmt.decode(message, host_out[rank * n + start:rank * n + stop])
-
         steps.append((
             (None, lambda x=host_in[start:stop], wire=wire: fmt.encode_into(x, wire), "encode"),
             (inter, lambda wire=wire, g=from_nodes: inter.start_all_gather(g, wire), "inter all-gather (encoded)"),
             (intra, lambda g=from_nodes, e=everyone: intra.start_all_gather(e, g), "intra all-gather (encoded)"),
-            (None, decode, "decode"),
+            (None, lambda e=everyone, width=width, start=start, w=stop - start: decode_node_major(
+                fmt, e, width, local, nodes, host_out, w, True, stride=n, offset=start), "decode"),
         ))
     run(steps)
     if host_out is not out:
@@ -98,7 +69,7 @@ def reduce_scatter(fmt: WireFormat, intra: Transport, inter: Transport, inp: tor
     if n == 0:
         return
     host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter))
-    acc_dtype = _accumulator(host_out.dtype)
+    acc_dtype = accumulator_dtype(host_out.dtype)
     steps = []
     for start, stop in chunk_bounds(n, chunks, multiple=QBLOCK):
         w = stop - start
@@ -111,7 +82,7 @@ def reduce_scatter(fmt: WireFormat, intra: Transport, inter: Transport, inp: tor
 
         def combine(partial=partial, recv=recv, target=target, w=w, width=width) -> None:
             acc = target if target.dtype == acc_dtype else torch.empty(w, dtype=acc_dtype, device=target.device)
-            _combine_from_nodes(fmt, list(partial.view(nodes, w)), _slots(recv, width), node, acc, op)
+            combine_in_rank_order(fmt, partial[node * w:(node + 1) * w], slots(recv, width), node, acc, op)
             if acc is not target:
                 target.copy_(acc)
 
@@ -119,7 +90,7 @@ def reduce_scatter(fmt: WireFormat, intra: Transport, inter: Transport, inp: tor
             (None, lambda p=packed, s=start, w=w: pack_window(host_in, p, nodes, local, n, s, w), "pack"),
             (intra, lambda p=packed, q=partial: intra.start_reduce_scatter(q, p, op), "intra reduce-scatter"),
             (None, lambda q=partial, s=send, w=w, width=width: _encode_others(
-                fmt, list(q.view(nodes, w)), _slots(s, width), node), "encode"),
+                fmt, list(q.view(nodes, w)), slots(s, width), node), "encode"),
             (inter, lambda s=send, r=recv: inter.start_all_to_all(r, s), "inter all-to-all (encoded)"),
             (None, combine, "decode and combine"),
         ))
@@ -134,7 +105,7 @@ def all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.T
     if n == 0:
         return
     host = staged(buf, True, (intra, inter))
-    acc_dtype = _accumulator(host.dtype)
+    acc_dtype = accumulator_dtype(host.dtype)
     group = local * nodes  # a piece holds a whole number of sub-blocks, one per rank
     bounds = chunk_bounds(n, chunks, multiple=group)
     width = max(-(-(bounds[0][1] - bounds[0][0]) // group) * group, group)
@@ -156,22 +127,19 @@ def all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.T
 
         def combine_and_encode(shard=shard, recv=recv, wire=wire) -> None:
             acc = torch.empty(sub, dtype=acc_dtype, device=shard.device)
-            _combine_from_nodes(fmt, list(shard.view(nodes, sub)), _slots(recv, nbytes), node, acc, op)
+            combine_in_rank_order(fmt, shard[node * sub:(node + 1) * sub], slots(recv, nbytes), node, acc, op)
             fmt.encode_into(acc if acc.dtype == shard.dtype else acc.to(shard.dtype), wire)
-
-        def decode(everyone=everyone, piece=piece) -> None:
-            for k, message in enumerate(_slots(everyone, nbytes)):  # k = l * nodes + j: piece block k
-                fmt.decode(message, piece[k * sub:(k + 1) * sub])
 
         steps.append((
             (intra, lambda p=piece, s=shard: intra.start_reduce_scatter(s, p, op), "intra reduce-scatter"),
-            (None, lambda s=shard, snd=send: _encode_others(fmt, list(s.view(nodes, sub)), _slots(snd, nbytes), node),
+            (None, lambda s=shard, snd=send: _encode_others(fmt, list(s.view(nodes, sub)), slots(snd, nbytes), node),
              "encode"),
             (inter, lambda snd=send, r=recv: inter.start_all_to_all(r, snd), "inter all-to-all (encoded)"),
             (None, combine_and_encode, "combine and encode"),
             (inter, lambda wire=wire, g=from_nodes: inter.start_all_gather(g, wire), "inter all-gather (encoded)"),
             (intra, lambda g=from_nodes, e=everyone: intra.start_all_gather(e, g), "intra all-gather (encoded)"),
-            (None, decode, "decode"),
+            (None, lambda e=everyone, p=piece: decode_node_major(fmt, e, nbytes, local, nodes, p, sub, False),
+             "decode"),
         ))
     run(steps)
     if work is not host:

@@ -26,8 +26,30 @@ from pccl_torch.transport.base import Transport
 from pccl_torch.triton_kernels import reduce_
 
 
-def _accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype compressed reductions accumulate in: float64 for float64, float32 for every other float."""
     return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def slots(buffer: torch.Tensor, width: int) -> list[torch.Tensor]:
+    """``buffer`` cut into consecutive messages of ``width`` bytes (views)."""
+    return [buffer[i * width:(i + 1) * width] for i in range(buffer.numel() // width)] if width else []
+
+
+def combine_in_rank_order(fmt: WireFormat, own: torch.Tensor, received: list[torch.Tensor | None], me: int,
+                          acc: torch.Tensor, op: ReduceOp) -> None:
+    """``acc`` = ``op``, in rank order, of every rank's contribution: ``own`` (this rank's, exact) at ``me`` and
+    the decoded ``received[i]`` of the others (``received[me]`` is not read)."""
+    for i, wire in enumerate(received):
+        if i == me:
+            if i == 0:
+                acc.copy_(own)
+            else:
+                reduce_(acc, own.to(acc.dtype), op)
+        elif i == 0:
+            fmt.decode(wire, acc)
+        else:
+            fmt.decode_accumulate(wire, acc, op)
 
 
 def _sizes(t: Transport, nbytes: int) -> list[int]:
@@ -55,7 +77,7 @@ def gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> tuple[t
 def all_gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> list[torch.Tensor]:
     """Every rank's wire bytes in rank order (views into one receive buffer)."""
     gathered, width = gather_wires(t, wire, fixed)
-    return [gathered[i * width:(i + 1) * width] for i in range(t.size)]
+    return slots(gathered, width)
 
 
 def exchange_wires(t: Transport, wires: list[torch.Tensor | None], fixed: int | None) -> list[torch.Tensor | None]:
@@ -97,19 +119,9 @@ def reduce_scatter(fmt: WireFormat, t: Transport, inp: torch.Tensor, out: torch.
     fixed = fmt.wire_bytes(n, inp.dtype)
     wires = [None if j == me else fmt.encode(blocks.block(inp, j)) for j in range(p)]
     received = exchange_wires(t, wires, fixed)
-    acc_dtype = _accumulator_dtype(out.dtype)
+    acc_dtype = accumulator_dtype(out.dtype)
     acc = out if out.dtype == acc_dtype else torch.empty(n, dtype=acc_dtype, device=out.device)
-    for i in range(p):
-        if i == me:
-            own = blocks.block(inp, me)
-            if i == 0:
-                acc.copy_(own)
-            else:
-                reduce_(acc, own.to(acc_dtype), op)
-        elif i == 0:
-            fmt.decode(received[i], acc)
-        else:
-            fmt.decode_accumulate(received[i], acc, op)
+    combine_in_rank_order(fmt, blocks.block(inp, me), received, me, acc, op)
     if acc is not out:
         out.copy_(acc)
 
@@ -139,15 +151,17 @@ def all_reduce(fmt: WireFormat, t: Transport, buf: torch.Tensor, op: ReduceOp) -
 # followed by an exact intra-node all-gather: the same bytes are decoded by the same code.
 
 
-def _decode_node_major(fmt: WireFormat, wires: torch.Tensor, width: int, local: int, nodes: int,
-                       out: torch.Tensor, n: int, node_major_out: bool) -> None:
-    """``wires`` holds ``local x nodes`` messages (local rank l, node j); decode each into block
-    ``j * local + l`` (global rank order) or ``l * nodes + j`` of ``out`` (blocks of ``n``)."""
-    for l in range(local):
-        for j in range(nodes):
-            k = (l * nodes + j)
-            target = (j * local + l) if node_major_out else k
-            fmt.decode(wires[k * width:(k + 1) * width], out[target * n:(target + 1) * n])
+def decode_node_major(fmt: WireFormat, wires: torch.Tensor, width: int, local: int, nodes: int,
+                      out: torch.Tensor, n: int, node_major_out: bool, *, stride: int | None = None,
+                      offset: int = 0) -> None:
+    """``wires`` holds ``local x nodes`` messages (local rank l, node j) of ``n`` elements each; decode each into
+    block ``j * local + l`` (global rank order) or ``l * nodes + j`` of ``out``. Block ``b`` is
+    ``out[b * stride + offset:][:n]`` (default ``stride = n``, ``offset = 0``: blocks end to end; a pipelined chunk
+    passes the full block length and its own start)."""
+    stride = n if stride is None else stride
+    for k, message in enumerate(slots(wires, width)):  # k = l * nodes + j
+        target = (k % nodes) * local + k // nodes if node_major_out else k
+        fmt.decode(message, out[target * stride + offset:target * stride + offset + n])
 
 
 def hierarchical_all_gather(fmt: WireFormat, intra: Transport, inter: Transport, out: torch.Tensor,
@@ -162,7 +176,7 @@ def hierarchical_all_gather(fmt: WireFormat, intra: Transport, inter: Transport,
     from_nodes, _ = gather_wires(inter, fmt.encode(inp), width)
     everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=inp.device)
     intra.native_all_gather(everyone, from_nodes)
-    _decode_node_major(fmt, everyone, width, local, nodes, out, n, node_major_out=True)
+    decode_node_major(fmt, everyone, width, local, nodes, out, n, node_major_out=True)
 
 
 def hierarchical_all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.Tensor,
@@ -186,6 +200,6 @@ def hierarchical_all_reduce(fmt: WireFormat, intra: Transport, inter: Transport,
     from_nodes, _ = gather_wires(inter, fmt.encode(piece), width)
     everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=buf.device)
     intra.native_all_gather(everyone, from_nodes)
-    _decode_node_major(fmt, everyone, width, local, nodes, padded, sub, node_major_out=False)
+    decode_node_major(fmt, everyone, width, local, nodes, padded, sub, node_major_out=False)
     if padded is not buf:
         buf.copy_(padded[:n])
