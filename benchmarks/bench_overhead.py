@@ -9,11 +9,16 @@ Two measurements:
   every variant started from a barrier, median of the slowest rank, in a fresh shuffled order each
   iteration: raw mpi4py ``Allreduce`` on NumPy, pccl's MPI transport, a resolved plan, the public API.
   With more ranks than cores the API's microseconds are paid several times over by the waiting ranks.
+  The floor of any Python layer: the raw call preceded by 1, 3 and 6 us of busy Python (a clock loop),
+  i.e. what a wrapper that did nothing else would cost; where ranks share cores it costs about twice its
+  own time, so no Python layer above mpi4py can stay within 10% of a ~20 us collective.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import time
 import timeit
 
 import numpy as np
@@ -42,6 +47,18 @@ def pieces(comm: pc.Communicator, tensor: torch.Tensor, calls: int) -> list[tupl
     return [(name, min(timeit.repeat(fn, number=calls, repeat=5)) / calls * 1e6) for name, fn in steps.items()]
 
 
+def _busy(microseconds: float) -> None:
+    """Run Python for ``microseconds`` (a clock loop): a stand-in for a layer's own work."""
+    end = time.perf_counter() + microseconds * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def _after_busy(world: "MPI.Comm", array: np.ndarray, microseconds: float) -> None:
+    _busy(microseconds)
+    world.Allreduce(MPI.IN_PLACE, array)
+
+
 def across_ranks(comm: pc.Communicator, tensor: torch.Tensor, iters: int) -> list[tuple[str, float]]:
     """Median over iterations of the slowest rank's time per variant, each started from a barrier."""
     world = MPI.COMM_WORLD
@@ -49,6 +66,8 @@ def across_ranks(comm: pc.Communicator, tensor: torch.Tensor, iters: int) -> lis
     plan = resolve("all_reduce", "mpi")
     variants = {
         "raw mpi4py Allreduce": lambda: comm.world.comm.Allreduce(MPI.IN_PLACE, array),
+        **{f"raw, after {us} us of Python": functools.partial(_after_busy, comm.world.comm, array, us)
+           for us in (1, 3, 6)},
         "pccl MPI transport": lambda: comm.world.native_all_reduce(tensor, ReduceOp.SUM),
         "resolved plan": lambda: plan.run_all_reduce(comm, tensor, ReduceOp.SUM),
         "pccl_torch.all_reduce": lambda: pc.all_reduce(tensor, comm=comm),
