@@ -1,8 +1,9 @@
 """Online tuning (``PCCL_TUNE=online``): a training job repeats the same few call shapes thousands of times, so it
 can time its own choices instead of trusting a model trained elsewhere.
 
-For a new call shape (collective, bytes, dtype) the first ``len(candidates) * trials`` calls run the candidates
-in turn (:data:`TRIALS` each, :data:`SMALL_TRIALS` for small calls): the choice the model would make first (so a shape called once costs nothing), then the model's next
+For a new call shape (collective, bytes, dtype) the first ``len(candidates) * (warmup + trials)`` calls run the
+candidates in turn (one untimed round, :data:`WARMUP`, then :data:`TRIALS` timed calls each, :data:`SMALL_TRIALS`
+for small calls): the choice the model would make first (so a shape called once costs nothing), then the model's next
 best, never one it predicts :data:`SLOWER_BOUND` times slower than its best. Every rank times its own calls; at
 the next call of the shape the ranks agree on each candidate's time as the slowest rank's median (one
 all-reduce over ``comm.world``, after the queued calls have finished), so every rank locks in the same one
@@ -41,6 +42,11 @@ SMALL_TRIALS = 7
 """Timed calls of each candidate below :data:`SMALL_BYTES`: cheap calls whose times jitter by milliseconds where
 ranks share cores (3 calls each chose worse than the model at 7 of 15 testbed points, 1 Gbit/s)."""
 SMALL_BYTES = 1 << 20
+WARMUP = 1
+"""Untimed calls of each candidate before its trials: a candidate's first calls of a new size are slower while its
+waits learn their spin (``transport.mpi``) and its buffers warm up; on one machine, timed from the first call,
+MPICH's all-reduce measured 5.3 ms at 4 MiB in exploration against 2.7 ms afterwards, and the flat ring won
+the shape at 1.5x its time."""
 SWITCH_MARGIN = 0.9
 """An alternative replaces the model's choice only when its agreed time is below this fraction of the choice's:
 the model's choice is the prior, and a difference inside the noise keeps it."""
@@ -82,19 +88,23 @@ class Exploration:
     trials: int = TRIALS
     samples: list[list[float]] = field(default_factory=list)
     issued: int = 0
+    warmup: int = WARMUP
 
     def __post_init__(self) -> None:
         self.samples = [[] for _ in self.candidates]
 
     @property
     def exploring(self) -> bool:
-        return self.issued < len(self.candidates) * self.trials
+        return self.issued < len(self.candidates) * (self.warmup + self.trials)
 
     def next_plan(self) -> Plan:
-        """The candidate of the next call, with a probe recording its time."""
+        """The candidate of the next call: in turn, first untimed (:data:`WARMUP` rounds), then with a probe
+        recording its time."""
         index = self.issued % len(self.candidates)
+        warming = self.issued < len(self.candidates) * self.warmup
         self.issued += 1
-        return dataclasses.replace(self.candidates[index], probe=self.samples[index].append)
+        return self.candidates[index] if warming else dataclasses.replace(self.candidates[index],
+                                                                          probe=self.samples[index].append)
 
 
 @dataclass

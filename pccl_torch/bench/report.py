@@ -15,8 +15,10 @@ JSON_FIELDS = (
     "versions", "transport", "links",
 )
 #: Present on auto rows only, with ``--confirm N``: the head-to-head re-timing of auto against the fastest
-#: fixed algorithms (``auto_vs_best_fixed`` > 1: auto slower).
-CONFIRM_FIELDS = ("confirm_iters", "confirm_auto_us", "confirm_fixed", "confirm_fixed_us", "auto_vs_best_fixed")
+#: fixed algorithms (``auto_vs_best_fixed`` > 1: auto slower), and the noise floor of that comparison: the
+#: fastest fixed algorithm timed as two identical columns (``confirm_repeat_ratio``: slower / faster, >= 1).
+CONFIRM_FIELDS = ("confirm_iters", "confirm_auto_us", "confirm_fixed", "confirm_fixed_us", "auto_vs_best_fixed",
+                  "confirm_repeat_ratio")
 #: Present on exact auto rows only, with online tuning (PCCL_TUNE=online): what was tried and chosen.
 TUNING_FIELDS = ("tuning",)
 
@@ -78,6 +80,10 @@ def format_footer(rows: list[dict]) -> list[str]:
                      f"within 10% at {within} of {len(confirmed)} points; worst {worst['auto_vs_best_fixed']:.3f}x "
                      f"({worst['collective']} {format_size(worst['size_bytes'])}: auto {worst['algorithm']} "
                      f"{worst['confirm_auto_us']:.1f} us vs {worst['confirm_fixed']} {worst['confirm_fixed_us']:.1f} us)")
+        repeats = [r["confirm_repeat_ratio"] for r in confirmed if "confirm_repeat_ratio" in r]  # older files lack it
+        if repeats:
+            lines.append(f"# Noise floor: the fastest fixed algorithm timed twice, as two columns, came within 5% of "
+                         f"itself at {sum(x <= 1.05 for x in repeats)} of {len(repeats)} points; worst {max(repeats):.3f}x")
     wrong = sum(max(r["wrong"], 0) for r in rows)
     checked = any(r["wrong"] >= 0 for r in rows)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'WRONG'}" if checked

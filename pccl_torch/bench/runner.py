@@ -210,7 +210,7 @@ def _tune_auto(comm: pc.Communicator, backends: list[Backend], calls: list[Calla
     auto = [i for i, b in enumerate(backends) if b.auto and b.compression is None]
     if tuner is None or not auto:
         return {}
-    for _ in range(tuning.CANDIDATES * max(tuning.TRIALS, tuning.SMALL_TRIALS) + 1):  # the same calls on every rank: the tuner decides alike
+    for _ in range(tuning.CANDIDATES * (tuning.WARMUP + max(tuning.TRIALS, tuning.SMALL_TRIALS)) + 1):  # the same calls on every rank: the tuner decides alike
         if key in tuner.locked:
             break
         bufs.reset()
@@ -223,7 +223,10 @@ def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medi
     """Re-time pccl's own choice head to head against the two fastest fixed algorithms of the first pass,
     ``iters`` interleaved iterations each. The first pass picks the candidates, this one times them: taking
     the fastest of many noisy columns as "best fixed" would otherwise favour the fixed side by the noise
-    alone. Returns the auto row's ``confirm_*`` fields (empty without ``iters`` or fixed algorithms)."""
+    alone. The fastest fixed algorithm of the first pass also runs as a second, identical column: how far
+    apart the two land (``confirm_repeat_ratio``, >= 1) is the noise floor of this point, the smallest
+    difference the comparison can resolve. Returns the auto row's ``confirm_*`` fields (empty without
+    ``iters`` or fixed algorithms)."""
     auto = [i for i, b in enumerate(backends) if b.auto]
     fixed = sorted((i for i, b in enumerate(backends) if b.name == "pccl" and b.algorithm is not None
                     and b.compression is None),
@@ -231,12 +234,14 @@ def _confirm_auto(backends: list[Backend], calls: list[Callable[[], None]], medi
     if not iters or not auto or not fixed:
         return {}
     picked = [auto[0], *fixed]
-    slowest = _time_interleaved([calls[i] for i in picked], 1, iters, bufs, order, world)
+    slowest = _time_interleaved([calls[i] for i in picked] + [calls[fixed[0]]], 1, iters, bufs, order, world)
     times = [statistics.median(t) for t in slowest]
     best = min(range(1, len(picked)), key=lambda k: times[k])
+    first, again = times[1], times[-1]
     return {"confirm_iters": iters, "confirm_auto_us": times[0] * 1e6,
             "confirm_fixed": backends[picked[best]].algorithm, "confirm_fixed_us": times[best] * 1e6,
-            "auto_vs_best_fixed": times[0] / times[best]}
+            "auto_vs_best_fixed": times[0] / times[best],
+            "confirm_repeat_ratio": max(first, again) / min(first, again)}
 
 
 def add_ratios(rows: list[dict]) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pccl_torch.bench.report import JSON_FIELDS
+from pccl_torch.bench.report import CONFIRM_FIELDS, JSON_FIELDS
 
 from .conftest import ROOT
 
@@ -28,3 +28,23 @@ def test_pccl_bench_two_ranks(tmp_path) -> None:
     assert {r["size_bytes"] for r in rows} == {1024, 8192, 65536}
     assert all(r["wrong"] == 0 and r["ranks"] == 2 and r["time_us"] > 0 for r in rows)
     assert "Out of bounds values : 0 OK" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_confirm_retimes_auto_against_the_fastest_fixed_and_reports_the_noise_floor(tmp_path) -> None:
+    out = tmp_path / "confirm.json"
+    command = [sys.executable, "-m", "pccl_torch.bench.cli", "-np", "3", "--local-size", "1", "-b", "4K", "-e", "4K",
+               "-n", "2", "-w", "1", "-c", "all_reduce,all_gather", "--backends", "pccl,pccl:ring,pccl:mpi,mpi",
+               "--confirm", "3", "--json", str(out), "--no-progress"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    auto = [r for r in rows if r["auto"]]
+    assert len(auto) == 2 and all(set(r) == set(JSON_FIELDS) | set(CONFIRM_FIELDS) for r in auto)
+    assert all(set(r) == set(JSON_FIELDS) for r in rows if not r["auto"])
+    for r in auto:
+        assert r["confirm_iters"] == 3 and r["confirm_fixed"] in ("ring", "mpi")
+        assert r["auto_vs_best_fixed"] == pytest.approx(r["confirm_auto_us"] / r["confirm_fixed_us"])
+        assert r["confirm_repeat_ratio"] >= 1.0
+    assert "# Auto vs the fastest fixed algorithm, re-timed head to head (3 iterations)" in result.stdout
+    assert "# Noise floor: the fastest fixed algorithm timed twice" in result.stdout

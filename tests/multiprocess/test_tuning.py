@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pccl_torch.tuning import SMALL_BYTES, SMALL_TRIALS, SWITCH_MARGIN, TRIALS
+from pccl_torch.tuning import SMALL_BYTES, SMALL_TRIALS, SWITCH_MARGIN, TRIALS, WARMUP
 
 from .conftest import launch
 
@@ -41,7 +41,7 @@ def test_online_tuning_agrees_under_skew_and_the_cache_serves_the_next_run(tmp_p
         # the fastest, where it beats the model's choice by the margin; else the model's choice
         assert entry["chosen"] == (fastest if tried[fastest] < SWITCH_MARGIN * tried[model] else model)
         assert calls[0] == model  # the model's pick first: a shape called once costs nothing
-        explored = len(tried) * (SMALL_TRIALS if int(shape.split(":")[1]) < SMALL_BYTES else TRIALS)
+        explored = len(tried) * (WARMUP + (SMALL_TRIALS if int(shape.split(":")[1]) < SMALL_BYTES else TRIALS))
         assert set(calls[:explored]) == set(tried) and set(calls[explored:]) == {entry["chosen"]}
     saved = json.loads(cache.read_text())["entries"]
     assert saved == [{"layout": LAYOUT, "choices": {k: v["chosen"] for k, v in tuning.items()}}]

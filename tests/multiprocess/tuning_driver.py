@@ -23,7 +23,8 @@ from pccl_torch.choice import choice_of
 
 SHAPES = [("all_reduce", 1 << 16), ("all_reduce", 1 << 20), ("all_gather", 1 << 20), ("reduce_scatter", 1 << 20)]
 """(collective, bytes of the full buffer), float32."""
-CALLS = 24
+CALLS = 40
+"""Calls per shape: more than exploring a small shape takes (4 candidates x (1 untimed + 7 timed) calls)."""
 
 
 def _skew(seed: int) -> threading.Event:

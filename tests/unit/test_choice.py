@@ -151,3 +151,18 @@ def test_the_communicator_does_not_choose_and_plans_do_not_know_communicators() 
     assert not any(m.startswith(("pccl_torch.selector", "pccl_torch.sim", "pccl_torch.plan", "pccl_torch.choice",
                                  "pccl_torch.heuristic")) for m in communicator)
     assert "pccl_torch.communicator" not in _imports(PACKAGE / "plan.py")
+
+
+def test_a_tuned_shape_runs_its_choice_and_skips_the_tuner_once_decided() -> None:
+    from pccl_torch.tuning import Tuner, shape_key, valid_names as tunable
+
+    choice = Choice(overrides={})
+    networked = comm(hosts=2)
+    choice.tuner = Tuner({"ranks": 4})
+    shape = shape_key("all_gather", 1 << 20, torch.float32)
+    choice.tuner.adopt({shape: "hier:ring"}, "test", tunable("cpu"))
+    first = choice.plan(networked, "all_gather", None, 1 << 20, torch.float32)
+    assert first.name == "hier:ring" and first.probe is None
+    choice.tuner.plan = None  # a decided shape must not reach the tuner again
+    assert choice.plan(networked, "all_gather", None, 1 << 20, torch.float32) is first
+    assert choice.plan(networked, "all_gather", "mpi", 1 << 20, torch.float32).name == "mpi"  # explicit: untouched

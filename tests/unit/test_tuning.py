@@ -81,13 +81,15 @@ def test_exploration_runs_each_candidate_in_turn_with_a_probe() -> None:
     from pccl_torch.plan import resolve
 
     plans = [resolve("all_reduce", name) for name in ("mpi", "hier:mpi")]
-    trial = tuning.Exploration(plans, tuning.TRIALS)
-    issued = [trial.next_plan() for _ in range(len(plans) * tuning.TRIALS)]
-    assert [p.name for p in issued] == ["mpi", "hier:mpi"] * tuning.TRIALS
-    for seconds, plan in enumerate(issued):
+    trial = tuning.Exploration(plans, tuning.TRIALS, warmup=1)
+    issued = [trial.next_plan() for _ in range(len(plans) * (1 + tuning.TRIALS))]
+    assert [p.name for p in issued] == ["mpi", "hier:mpi"] * (1 + tuning.TRIALS)
+    warm, timed = issued[:len(plans)], issued[len(plans):]
+    assert warm == plans and all(p.probe is None for p in warm)  # one untimed round first
+    for seconds, plan in enumerate(timed):
         plan.probe(float(seconds))
     assert trial.samples == [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]] and not trial.exploring
-    assert issued[0] == plans[0]  # the probe does not change what the plan is
+    assert timed[0] == plans[0]  # the probe does not change what the plan is
 
 
 def test_pccl_tune_explain_shows_the_model_and_the_tuned_choice(tmp_path, monkeypatch, capsys) -> None:
