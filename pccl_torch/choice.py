@@ -81,7 +81,7 @@ class Choice:
             chosen = self.tuner.plan(comm, shape, nbytes, model,
                                      lambda: self._alternatives(comm, collective, model.name, nbytes),
                                      lambda name: self.plan(comm, collective, name, nbytes, dtype), issued=issued)
-            if shape in self.tuner.locked and chosen.probe is None:
+            if shape in self.tuner.locked:  # decided: the tuner returns plans without a probe from here on
                 self.tuned[key] = chosen
             return chosen
         return plan

@@ -80,10 +80,9 @@ def format_footer(rows: list[dict]) -> list[str]:
                      f"within 10% at {within} of {len(confirmed)} points; worst {worst['auto_vs_best_fixed']:.3f}x "
                      f"({worst['collective']} {format_size(worst['size_bytes'])}: auto {worst['algorithm']} "
                      f"{worst['confirm_auto_us']:.1f} us vs {worst['confirm_fixed']} {worst['confirm_fixed_us']:.1f} us)")
-        repeats = [r["confirm_repeat_ratio"] for r in confirmed if "confirm_repeat_ratio" in r]  # older files lack it
-        if repeats:
-            lines.append(f"# Noise floor: the fastest fixed algorithm timed twice, as two columns, came within 5% of "
-                         f"itself at {sum(x <= 1.05 for x in repeats)} of {len(repeats)} points; worst {max(repeats):.3f}x")
+        repeats = [r["confirm_repeat_ratio"] for r in confirmed]
+        lines.append(f"# Noise floor: the fastest fixed algorithm timed twice, as two columns, came within 5% of "
+                     f"itself at {sum(x <= 1.05 for x in repeats)} of {len(repeats)} points; worst {max(repeats):.3f}x")
     wrong = sum(max(r["wrong"], 0) for r in rows)
     checked = any(r["wrong"] >= 0 for r in rows)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'WRONG'}" if checked
