@@ -360,13 +360,29 @@ def pipelined_time(collective: str, nbytes: float, nodes: int, local_size: int, 
     return profile.overhead + sum(times) + (chunks - 1) * max(times)
 
 
+MAX_CHUNKS = 32
+"""Most chunks a ``hier:pipelined`` call is cut into."""
+MIN_CHUNK_BYTES = 256 * 1024
+"""Smallest chunk (of the full buffer) the cost model considers."""
+
+
+def max_chunks(nbytes: int) -> int:
+    """Most chunks of a pipelined call on a full buffer of ``nbytes`` bytes: :data:`MAX_CHUNKS`, no chunk below
+    :data:`MIN_CHUNK_BYTES` (at least 1)."""
+    return max(1, min(MAX_CHUNKS, nbytes // MIN_CHUNK_BYTES))
+
+
+def best_chunks(collective: str, nbytes: int, nodes: int, local_size: int, profile: MachineProfile) -> int:
+    """The chunk count of least :func:`pipelined_time` among the powers of two up to :func:`max_chunks`."""
+    counts = [1 << k for k in range(max_chunks(nbytes).bit_length())]
+    return min(counts, key=lambda k: pipelined_time(collective, nbytes, nodes, local_size, profile, k))
+
+
 def predict(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
             profile: MachineProfile) -> float:
-    """Predicted seconds of one call on ``profile``."""
+    """Predicted seconds of one call on ``profile`` (``hier:pipelined`` in its :func:`best_chunks`)."""
     if algorithm.endswith(":" + PIPELINED):
-        from pccl_torch.sim.pipeline import pipeline_chunks
-
-        chunks = pipeline_chunks(collective, int(nbytes), nodes, local_size, profile)
+        chunks = best_chunks(collective, int(nbytes), nodes, local_size, profile)
         return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
     return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node).time(profile)
 

@@ -2,7 +2,7 @@
 
 More chunks overlap more of the intra-node phases with the inter-node one, but every chunk pays each
 phase's latency again. With the machine's parameters the cost model picks the count of least predicted
-time (``costs.pipelined_time``) among powers of two, no chunk smaller than :data:`MIN_CHUNK_BYTES` of the
+time (``costs.best_chunks``) among powers of two, no chunk smaller than ``costs.MIN_CHUNK_BYTES`` of the
 full buffer. Without machine parameters, chunks of :data:`DEFAULT_CHUNK_BYTES` (on the 1 Gbit/s testbed,
 1 MiB chunks of the full buffer were as fast as any count tried, 1 to 64, at 4-64 MiB). ``PCCL_PIPELINE_CHUNKS=k``
 fixes the count (read once per process; for measurements such as pipelined vs unpipelined).
@@ -13,11 +13,10 @@ from __future__ import annotations
 import functools
 import os
 
+from pccl_torch.sim.costs import best_chunks, max_chunks
 from pccl_torch.sim.machine import MachineProfile
 
 CHUNKS_ENV = "PCCL_PIPELINE_CHUNKS"
-MAX_CHUNKS = 32
-MIN_CHUNK_BYTES = 256 * 1024
 DEFAULT_CHUNK_BYTES = 1 << 20
 #: A chosen (not named) pipelined plan stays pipelined under a fixed-size wire format from this many chunks;
 #: below, it runs the unpipelined compressed schedule. On the 1 Gbit/s testbed (2 x 2, bf16) the pipelined
@@ -46,10 +45,6 @@ def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,
     fixed = _fixed_chunks()
     if fixed is not None:
         return fixed
-    most = max(1, min(MAX_CHUNKS, nbytes // MIN_CHUNK_BYTES))
     if machine is None:
-        return max(1, min(most, -(-nbytes // DEFAULT_CHUNK_BYTES)))
-    from pccl_torch.sim.costs import pipelined_time
-
-    counts = [k for k in (1, 2, 4, 8, 16, 32) if k <= most]
-    return min(counts, key=lambda k: pipelined_time(collective, nbytes, nodes, local_size, machine, k))
+        return max(1, min(max_chunks(nbytes), -(-nbytes // DEFAULT_CHUNK_BYTES)))
+    return best_chunks(collective, nbytes, nodes, local_size, machine)

@@ -3,7 +3,8 @@
 ``mpiexec`` itself runs in node 0's namespace, with the nodes' addresses as its host list
 (``-hosts 10.77.0.1:L,10.77.0.2:L,...``: blocks of L consecutive ranks per node). Hydra starts its proxy
 on node 0 directly (the address is local there) and on every other node through its ssh launcher, whose
-executable is the script :func:`write_launcher` makes: hydra calls it as ``<script> -x <host> <command>``
+executable is the script :func:`write_launcher` makes (in the testbed's state directory, afresh for every
+launch, so it always matches the configuration): hydra calls it as ``<script> -x <host> <command>``
 and it runs the command in that host's namespace (``ip netns exec``), as ssh would on another machine.
 
 Hydra's host list is MPICH's node map: ranks of different namespaces are on different nodes for MPI
@@ -98,11 +99,10 @@ def default_mpiexec() -> str:
 
 def mpiexec_command(config: TestbedConfig, command: list[str], *, nprocs: int | None = None,
                     per_node: int | None = None, mpiexec: str | None = None) -> list[str]:
-    """The command line running ``command`` as ``nprocs`` ranks, ``per_node`` per namespace (blocks)."""
+    """The command line running ``command`` as ``nprocs`` ranks, ``per_node`` per namespace (blocks); writes
+    hydra's launcher script for it (:func:`write_launcher`)."""
     nprocs, per_node = layout(config, nprocs, per_node)
-    launcher = config.state_dir / LAUNCHER
-    if not launcher.exists():
-        raise TestbedError(f"testbed {config.prefix} is not up ({launcher} missing): pccl-testbed up")
+    launcher = write_launcher(config)
     hosts = ",".join(f"{config.address(k)}:{per_node}" for k in range(nprocs // per_node))
     return [ip_path(), "netns", "exec", config.namespace(0), mpiexec or default_mpiexec(), "-hosts", hosts,
             "-launcher", "ssh", "-launcher-exec", str(launcher), "-n", str(nprocs), *command]

@@ -12,8 +12,8 @@ where the kernel has netem. Nothing is created in the caller's namespace: removi
 every link, so ``down`` also cleans up after a crash. Ranks of one namespace talk through loopback and
 shared memory (fast, like the inside of a node); ranks of different namespaces cross two shaped links.
 
-The state of testbed ``P`` (its configuration and the launcher script of :mod:`pccl_torch.testbed.launch`)
-lives in ``/run/pccl-testbed/P``; ``/etc/netns/P-nK/hosts`` maps the machine's hostname to the node's
+The state of testbed ``P`` (its configuration, and the launcher script that :mod:`pccl_torch.testbed.launch`
+writes there when it launches) lives in ``/run/pccl-testbed/P``; ``/etc/netns/P-nK/hosts`` maps the machine's hostname to the node's
 address inside namespace ``P-nK`` (``ip netns exec`` mounts it over ``/etc/hosts``), so programs that
 resolve their own hostname (gloo, c10d) find the node's address rather than loopback.
 """
@@ -271,8 +271,6 @@ def up(config: TestbedConfig) -> bool:
     prefix (another configuration, leftovers of a crash) is removed first. On failure, whatever was
     created is removed and ``TestbedError`` says which command failed.
     """
-    from pccl_torch.testbed import launch
-
     check_tools()
     try:
         current = status(config.prefix)
@@ -307,7 +305,6 @@ def up(config: TestbedConfig) -> bool:
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(_hosts_text(config, node))
         config.state_dir.mkdir(parents=True, exist_ok=True)
-        launch.write_launcher(config)
         (config.state_dir / "config.json").write_text(json.dumps(asdict(config), indent=1) + "\n")
     except BaseException:
         down(config.prefix)
@@ -412,6 +409,4 @@ def status(prefix: str = DEFAULT_PREFIX) -> Status:
             for where, line in (("node end", status_.qdisc_out), ("hub end", status_.qdisc_in)):
                 if kind and (line is None or f"qdisc {kind} " not in line):
                     problems.append(f"{ns}: {where} of the link is not shaped by {kind} ({line or 'no qdisc'})")
-    if config is not None and not (config.state_dir / "launcher").exists():
-        problems.append(f"launcher script {config.state_dir / 'launcher'} is missing")
     return Status(prefix, config, found, nodes, problems)
