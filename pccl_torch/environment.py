@@ -1,4 +1,5 @@
-"""Every ``PCCL_*`` environment variable pccl-torch reads, in one table.
+"""Every ``PCCL_*`` environment variable pccl-torch reads, in one table, and the parser of the per-collective
+ones (``collective:value,...``).
 
 The modules that read a variable keep its name as a constant beside the code that parses it; this table is
 the user-facing reference of all of them (the configuration page of the docs is generated from it), and
@@ -6,7 +7,52 @@ the user-facing reference of all of them (the configuration page of the docs is 
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+
+def read(name: str) -> str:
+    """The value of variable ``name`` without surrounding blanks (``""`` when unset)."""
+    return os.environ.get(name, "").strip()
+
+
+def _malformed(entry: str, collective: str, value: str, collectives: Sequence[str]) -> str | None:
+    """What is wrong with one ``collective:value`` entry, or None."""
+    if not value:
+        return f"entry {entry.strip()!r} is not collective:value"
+    if collective not in collectives:
+        return f"unknown collective {collective!r}"
+    return None
+
+
+def per_collective(name: str, collectives: Sequence[str], check: Callable[[str, str], object], example: str,
+                   *, for_all: bool = False) -> dict[str, str]:
+    """Variable ``name`` read as ``collective:value,...`` (``example`` shows one entry): {collective: value};
+    with ``for_all``, a value without ``:`` is the value of every collective.
+
+    Blanks around entries and around each ``:`` are dropped (``' all_reduce : hier:ring '``). ``check(collective,
+    value)`` raises ``ValueError`` for a value it rejects. A malformed entry, an unknown collective, a collective
+    given twice and a rejected value raise ``ValueError`` naming the variable and its value.
+    """
+    raw = read(name)
+    entries = raw.split(",") if raw else []
+    if for_all and raw and ":" not in raw:
+        entries = [f"{collective}:{raw}" for collective in collectives]
+    found: dict[str, str] = {}
+    for entry in entries:
+        collective, _, value = ":".join(part.strip() for part in entry.split(":")).partition(":")
+        if problem := _malformed(entry, collective, value, collectives):
+            raise ValueError(f"{name}={raw!r}: {problem}; each entry must look like {example!r}, with a collective "
+                             f"of {', '.join(collectives)}")
+        if collective in found:
+            raise ValueError(f"{name}={raw!r}: {collective} is given twice ({found[collective]!r} and {value!r})")
+        try:
+            check(collective, value)
+        except ValueError as exc:
+            raise ValueError(f"{name}={raw!r}: {exc}") from None
+        found[collective] = value
+    return found
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from pccl_torch import algorithms, compression
+from pccl_torch import algorithms, compression, environment
 from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical, pipelined
 from pccl_torch.compression import pipelined as compressed_pipelined
 from pccl_torch.compression import schedules as compressed
@@ -219,19 +218,7 @@ ALGO_ENV = "PCCL_ALGO"
 
 
 def env_overrides() -> dict[str, str]:
-    """``PCCL_ALGO=all_reduce:ring,all_gather:bruck`` as a dict; malformed entries raise, naming the valid
-    collectives or algorithms. Read when a communicator is created (see ``Communicator.algo_overrides``)."""
-    raw = os.environ.get(ALGO_ENV, "").strip()
-    if not raw:
-        return {}
-    overrides = {}
-    for entry in raw.split(","):
-        collective, sep, name = entry.strip().partition(":")
-        if not sep or not name:
-            raise ValueError(f"{ALGO_ENV} entry {entry!r} must look like 'all_reduce:ring'")
-        if collective not in algorithms.COLLECTIVES:
-            raise ValueError(f"{ALGO_ENV} entry {entry!r}: unknown collective {collective!r}; "
-                             f"expected one of {', '.join(algorithms.COLLECTIVES)}")
-        resolve(collective, name)  # an unknown name fails here, listing the valid ones
-        overrides[collective] = name
-    return overrides
+    """``PCCL_ALGO=all_reduce:ring,all_gather:hier:bruck`` as a dict; a malformed value raises ``ValueError``
+    naming the variable and the valid collectives or algorithms. Read when a communicator is created (see
+    ``Communicator.algo_overrides``)."""
+    return environment.per_collective(ALGO_ENV, algorithms.COLLECTIVES, resolve, "all_reduce:ring")

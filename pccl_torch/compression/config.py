@@ -10,34 +10,30 @@ layer (``pccl_torch.choice``) runs such calls exact after these checks.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from pccl_torch import environment
 from pccl_torch.algorithms import COLLECTIVES, Collective
-from pccl_torch.compression.formats import NAMES, get
+from pccl_torch.compression.formats import get
 
 COMPRESSION_ENV = "PCCL_COMPRESSION"
+EXACT = "none"
+"""The value that leaves a collective exact (any case)."""
+
+
+def _check_format(_collective: str, name: str) -> None:
+    """A format name, or ``none``; ``ValueError`` listing the valid ones otherwise."""
+    if name.lower() != EXACT:
+        get(name)
 
 
 def env_formats() -> dict[str, str]:
-    """``PCCL_COMPRESSION`` as {collective: format}; a malformed value raises, naming what is valid."""
-    raw = os.environ.get(COMPRESSION_ENV, "").strip()
-    if not raw or raw.lower() == "none":
-        return {}
-    if ":" not in raw:
-        get(raw)  # an unknown format fails here, listing the valid ones
-        return dict.fromkeys(COLLECTIVES, raw)
-    formats = {}
-    for entry in raw.split(","):
-        collective, sep, name = entry.strip().partition(":")
-        if collective not in COLLECTIVES or not sep:
-            raise ValueError(f"{COMPRESSION_ENV} entry {entry!r} must look like 'all_gather:int8' with a collective "
-                             f"of {', '.join(COLLECTIVES)} and a format of {', '.join(NAMES)}")
-        if name.lower() != "none":
-            get(name)
-            formats[collective] = name
-    return formats
+    """``PCCL_COMPRESSION`` as {collective: format}: one format for all three collectives (``bf16``), or
+    ``collective:format,...``; ``none`` leaves a collective exact. A malformed value raises ``ValueError``
+    naming the variable and what is valid."""
+    formats = environment.per_collective(COMPRESSION_ENV, COLLECTIVES, _check_format, "all_gather:int8",
+                                         for_all=True)
+    return {collective: name for collective, name in formats.items() if name.lower() != EXACT}
 
 
 def for_call(collective: Collective, explicit: str | None, env: dict[str, str], dtype: torch.dtype) -> str | None:
