@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from .rank_result import RESULT_DIR_ENV
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -91,3 +96,57 @@ def torchrun(script: str, ranks: int, *args: str, local_size: int | None = None,
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
                str(HERE / script), *args]
     return run_checked(command, launcher_environment(local_size, env), timeout_s)
+
+
+def _output(process: subprocess.CompletedProcess[str], chars: int = 4000) -> str:
+    return f"stdout:\n{(process.stdout or '')[-chars:]}\nstderr:\n{(process.stderr or '')[-chars:]}"
+
+
+def check_exit(process: subprocess.CompletedProcess[str], what: str = "", expected: int = 0) -> None:
+    """Fail (with the launch's output) unless the launch exited with ``expected``: a rank that crashed in
+    its teardown (shutdown, destroy_process_group, MPI_Finalize) or anywhere else fails the test even
+    where every result it wrote before was right."""
+    assert process.returncode == expected, (f"{what or ' '.join(map(str, process.args))[:300]}: exit status "
+                                            f"{process.returncode}, expected {expected}\n{_output(process)}")
+
+
+@dataclass
+class RankLaunch:
+    """A checked launch: the process (exit status already checked) and every rank's result, in rank order."""
+
+    process: subprocess.CompletedProcess[str]
+    ranks: list[dict]
+
+    def __getitem__(self, rank: int) -> dict:
+        return self.ranks[rank]
+
+
+def collect_ranks(process: subprocess.CompletedProcess[str], ranks: int, result_dir: Path, *,
+                  same: Sequence[str] = (), expected_exit: int = 0, what: str = "") -> RankLaunch:
+    """Check a launch whose ranks wrote their results with ``rank_result.write`` into ``result_dir``: the exit
+    status is ``expected_exit``, every one of the ``ranks`` ranks wrote exactly one result (and no other rank
+    did), and each key in ``same`` is equal on every rank."""
+    check_exit(process, what, expected_exit)
+    found = {int(path.stem.removeprefix("rank")): path for path in result_dir.glob("rank*.json")}
+    missing = sorted(set(range(ranks)) - set(found))
+    extra = sorted(set(found) - set(range(ranks)))
+    assert not missing and not extra, (f"{what}: results missing from ranks {missing}, unexpected from {extra} "
+                                       f"(a rank that wrote none died or never finished)\n{_output(process)}")
+    results = [json.loads(found[r].read_text()) for r in range(ranks)]
+    for r, result in enumerate(results):
+        assert result.get("rank") == r, f"{what}: rank{r}.json says it is rank {result.get('rank')}"
+    for key in same:
+        values = [result.get(key) for result in results]
+        assert all(v == values[0] for v in values), f"{what}: {key!r} differs between ranks: {values}"
+    return RankLaunch(process, results)
+
+
+def launch_ranks(script: str, ranks: int, *args: str, result_dir: Path, same: Sequence[str] = (),
+                 expected_exit: int = 0, **options) -> RankLaunch:
+    """:func:`launch` with every rank's result collected and the exit status checked (:func:`collect_ranks`).
+    The ranks find ``result_dir`` (created empty here) in ``PCCL_TEST_RESULT_DIR``."""
+    result_dir.mkdir(parents=True, exist_ok=False)
+    env = {**(options.pop("env", None) or {}), RESULT_DIR_ENV: str(result_dir)}
+    process = launch(script, ranks, *args, env=env, **options)
+    return collect_ranks(process, ranks, result_dir, same=same, expected_exit=expected_exit,
+                         what=f"{script} {' '.join(args)}"[:200])

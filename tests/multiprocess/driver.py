@@ -34,6 +34,11 @@ from pccl_torch import compression as wire_formats
 from pccl_torch.ops import FLOAT_DTYPES, INT_DTYPES, SUPPORTED_DTYPES
 from pccl_torch.work import OrderedExecutor
 
+if __package__:  # imported (soak, unit tests) or run with -m
+    from . import rank_result
+else:  # run as a script by mpiexec
+    import rank_result
+
 LARGE = 1 << 20  # "about 1 Mi elements" in the full buffer
 SMALL_BLOCKS = (0, 1, 37)  # elements per rank's block (AG, RS) or in the buffer (AR)
 FLOAT_OPS = ("sum", "avg", "product", "min", "max", "premul_sum")
@@ -48,13 +53,38 @@ def on_device() -> contextlib.AbstractContextManager:
     """Tensors made without a device inside go to ``DEVICE`` (nothing changes on the CPU)."""
     return contextlib.nullcontext() if DEVICE.type == "cpu" else DEVICE
 
-# (rtol, atol per rank) against a float64 reference, for sums of p values of magnitude ~1.
-TOLERANCE = {
-    torch.float64: (1e-12, 1e-12),
-    torch.float32: (1e-5, 1e-5),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 4e-2),
+#: Unit roundoff u of each float dtype (half the distance from 1 to the next value).
+UNIT_ROUNDOFF = {
+    torch.float64: 2.0**-53,
+    torch.float32: 2.0**-24,
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
 }
+
+
+def roundings(ranks: int) -> int:
+    """How many times a reduction of ``ranks`` inputs may round, whatever its schedule: ``ranks - 1``
+    combinations (any tree of them: ring, halving, two levels, an MPI library's own), one scale (AVG,
+    PREMUL_SUM) and one final store (an accumulator wider than the dtype, as the kernels and the MPI
+    bf16 path use, rounds once more at the end)."""
+    return ranks + 1
+
+
+def error_bound(inputs: list[torch.Tensor], op: str, dtype: torch.dtype) -> torch.Tensor:
+    """Per element, the largest error a correct reduction of ``inputs`` in ``dtype`` can have against the
+    float64 reference of the same inputs: Higham's gamma_k = k u / (1 - k u) with k = :func:`roundings`,
+    times the sum of magnitudes (SUM, AVG, PREMUL_SUM: every partial sum is bounded by it) or the product's
+    magnitude (PRODUCT: each multiplication errs relatively). MIN and MAX round nothing: exact."""
+    k = roundings(len(inputs))
+    u = UNIT_ROUNDOFF[dtype]
+    gamma = k * u / (1 - k * u)
+    stack = torch.stack([x.to(torch.float64) for x in inputs])
+    if op in ("min", "max"):
+        return torch.zeros(stack.shape[1:], dtype=torch.float64)
+    if op == "product":
+        return gamma * stack.prod(0).abs()
+    scale = {"sum": 1.0, "avg": 1.0 / len(inputs), "premul_sum": PREMUL_FACTOR}[op]
+    return gamma * stack.abs().sum(0) * scale
 
 
 # (rtol, atol per rank) of a compressed reduction of ~N(0,1) values (|x| <= ~4.5), per wire format: bf16
@@ -84,15 +114,36 @@ def through_format(x: torch.Tensor, name: str | None) -> torch.Tensor:
     return x if name is None else wire_formats.get(name).round_trip(x)
 
 
-def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int) -> torch.Tensor:
-    """Deterministic input of ``rank``: small integers for int dtypes, ~N(0,1) floats (near 1 for PRODUCT)."""
+def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int,
+               compression: str | None = None) -> torch.Tensor:
+    """Deterministic input of ``rank``, chosen so that a wrong result cannot hide in the tolerance.
+
+    Every element's magnitude is at least 1 (ints: nonzero), so leaving a rank out or counting one twice
+    moves a SUM by at least 1, far beyond :func:`error_bound` (at most ``(p + 1) u 2p``: 0.33 in bf16 at
+    p = 6). AVG, PREMUL_SUM and PRODUCT get positive values only (no cancellation), so dividing by p - 1
+    moves an AVG by a factor p / (p - 1) and a missing factor moves a PRODUCT by a factor >= 1.25, both far
+    beyond the relative bound (p + 1) u (2.7% in bf16 at p = 6). Ints: SUM/MIN/MAX in +-[1, 50], PRODUCT
+    in {-3, -2, 2, 3} (no zero that would absorb a missing rank; |product| <= 3^6).
+
+    A compressed PRODUCT gets values near 1 (1 + 0.1 N(0, 1)), what ``COMPRESSED_TOLERANCE`` was measured on:
+    each factor's wire error is relative, so a product of p factors near 1.4 errs by up to ~0.8 in fp8, as
+    much as a missing factor moves it (a lossy format cannot tell those apart)."""
     g = torch.Generator().manual_seed(seed * 1009 + rank)
     if dtype in INT_DTYPES:
-        low, high = (-3, 4) if op == "product" else (-50, 51)
-        return torch.randint(low, high, (numel,), generator=g, dtype=torch.int64).to(dtype)
-    values = torch.randn(numel, generator=g, dtype=torch.float64)
-    if op == "product":
-        values = 1.0 + 0.1 * values
+        if op == "product":
+            choices = torch.tensor([-3, -2, 2, 3])
+            return choices[torch.randint(0, 4, (numel,), generator=g)].to(dtype)
+        magnitude = torch.randint(1, 51, (numel,), generator=g, dtype=torch.int64)
+        sign = torch.randint(0, 2, (numel,), generator=g, dtype=torch.int64) * 2 - 1
+        return (magnitude * sign).to(dtype)
+    if op == "product" and compression is not None:
+        values = 1.0 + 0.1 * torch.randn(numel, generator=g, dtype=torch.float64)
+    elif op == "product":
+        values = 1.25 + 0.25 * torch.rand(numel, generator=g, dtype=torch.float64)  # [1.25, 1.5): 1.5^6 = 11.4
+    else:
+        values = 1.0 + torch.rand(numel, generator=g, dtype=torch.float64)  # [1, 2)
+        if op not in ("avg", "premul_sum"):
+            values = values * (torch.randint(0, 2, (numel,), generator=g, dtype=torch.float64) * 2 - 1)
     return values.to(dtype)
 
 
@@ -120,24 +171,35 @@ def as_op(op: str):
 
 
 def matches(result: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, ranks: int,
-            compression: str | None = None) -> str | None:
-    """None if ``result`` matches (within the wire format's error with ``compression``); else a short
-    description of the worst mismatch."""
+            compression: str | None = None, *, inputs: list[torch.Tensor] | None = None,
+            op: str | None = None) -> str | None:
+    """None if ``result`` matches ``expected`` (the float64 / int64 reference of ``inputs`` under ``op``);
+    else a short description of the worst mismatch.
+
+    Ints: exact (wrapping as the dtype does). Floats without compression: within :func:`error_bound` of
+    ``inputs`` and ``op`` (required). With ``compression``: within the wire format's error
+    (``COMPRESSED_TOLERANCE``, relative plus absolute per rank)."""
     if dtype in INT_DTYPES:
         expected = expected.to(dtype)  # exact, wrapping as the dtype does
         if torch.equal(result, expected):
             return None
         bad = (result != expected).nonzero()[0].item()
         return f"index {bad}: got {result[bad].item()}, expected {expected[bad].item()}"
-    rtol, atol = TOLERANCE[dtype]
-    if compression in COMPRESSED_TOLERANCE:
-        rtol, atol = (max(a, b) for a, b in zip((rtol, atol), COMPRESSED_TOLERANCE[compression]))
     got = result.to(torch.float64)
-    if torch.allclose(got, expected, rtol=rtol, atol=atol * ranks):
-        return None
+    if compression in COMPRESSED_TOLERANCE:
+        rtol, atol = COMPRESSED_TOLERANCE[compression]
+        bound = rtol * expected.abs() + atol * ranks
+    else:
+        if inputs is None or op is None:
+            raise ValueError("matches() needs the inputs and the op to bound a float result")
+        bound = error_bound(inputs, op, dtype)
     err = (got - expected).abs()
-    bad = int(err.argmax())
-    return f"index {bad}: got {got[bad].item()}, expected {expected[bad].item()} (max abs err {err.max().item():.3g})"
+    if got.shape == expected.shape and bool((err <= bound).all()):
+        return None
+    excess = err - bound
+    bad = int(excess.argmax())
+    return (f"index {bad}: got {got[bad].item()}, expected {expected[bad].item()} "
+            f"(error {err[bad].item():.3g} > bound {bound[bad].item():.3g})")
 
 
 class Runner:
@@ -179,19 +241,20 @@ class Runner:
             same = torch.equal(out.cpu().view(torch.uint8), expected.view(torch.uint8))
             return None if same else "output differs from the concatenated inputs"
         if case.collective == "reduce_scatter":
-            inputs = [make_input(i, p * block, case.dtype, case.op, self.seed) for i in range(p)]
+            inputs = [make_input(i, p * block, case.dtype, case.op, self.seed, case.compression) for i in range(p)]
             inp = inputs[r].clone().to(DEVICE)
             out = torch.full((block,), 7, dtype=case.dtype, device=DEVICE)
             pc.reduce_scatter_tensor(out, inp, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
             if not torch.equal(inp.cpu(), inputs[r]):
                 return "input was modified"
-            return matches(out.cpu(), reference(inputs, case.op)[r * block:(r + 1) * block], case.dtype, p,
-                           case.compression)
-        inputs = [make_input(i, block, case.dtype, case.op, self.seed) for i in range(p)]
+            mine = [x[r * block:(r + 1) * block] for x in inputs]
+            return matches(out.cpu(), reference(mine, case.op), case.dtype, p, case.compression,
+                           inputs=mine, op=case.op)
+        inputs = [make_input(i, block, case.dtype, case.op, self.seed, case.compression) for i in range(p)]
         buf = inputs[r].clone().to(DEVICE)
         pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
         buf = buf.cpu()
-        problem = matches(buf, reference(inputs, case.op), case.dtype, p, case.compression)
+        problem = matches(buf, reference(inputs, case.op), case.dtype, p, case.compression, inputs=inputs, op=case.op)
         if not self.identical_everywhere(buf):
             problem = (problem + "; " if problem else "") + "results differ between ranks"
         return problem
@@ -396,6 +459,10 @@ def main() -> int:
                            "failed": len(failures), "failures": failures, "seconds": elapsed,
                            "mpi": MPI.Get_library_version().splitlines()[0]}, fh, indent=1)
     failed_anywhere = world.allreduce(len(runner.failures), op=MPI.SUM)
+    # Every rank's own result, written after its shutdown returned (the test checks all of them).
+    rank_result.write({"ranks": topo.world_size, "local_size": topo.local_size, "cases": len(cases),
+                       "passed": runner.passed, "failed": len(runner.failures), "failures": runner.failures[:50],
+                       "mpi": MPI.Get_library_version().splitlines()[0]}, runner.rank)
     return 1 if failed_anywhere else 0
 
 

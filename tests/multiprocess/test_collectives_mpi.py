@@ -9,23 +9,30 @@ import sys
 
 import pytest
 
-from .conftest import OPENMPI_PREFIX, launch, mpiexec, openmpi_available, run_checked
+from .conftest import OPENMPI_PREFIX, RankLaunch, check_exit, launch, launch_ranks, mpiexec, openmpi_available, run_checked
 
 # (ranks, ranks per emulated node): n = 1..6, local sizes 1, 2, 3 wherever they divide n.
 LAYOUTS = [(n, local) for n in range(1, 7) for local in (1, 2, 3) if n % local == 0 and local <= n]
 
 
+def driver(ranks: int, tmp_path, *args: str, min_passed_per_rank: int, **options) -> RankLaunch:
+    """driver.py under mpiexec: exit status 0, every rank's result there, no rank with a failure, every rank
+    ran the same cases, and each passed at least ``min_passed_per_rank`` checks."""
+    run = launch_ranks("driver.py", ranks, *args, result_dir=tmp_path / "ranks", same=("ranks", "local_size", "cases"),
+                       **options)
+    for r, report in enumerate(run.ranks):
+        assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"][:30])
+        assert report["ranks"] == ranks
+        assert report["passed"] >= min_passed_per_rank, f"rank {r}: too few checks passed: {report['passed']}"
+    assert len({report["passed"] for report in run.ranks}) == 1, [report["passed"] for report in run.ranks]
+    return run
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("ranks,local_size", LAYOUTS, ids=[f"n{n}-L{l}" for n, l in LAYOUTS])
 def test_every_collective_algorithm_dtype_and_op(ranks: int, local_size: int, tmp_path) -> None:
-    summary = tmp_path / "summary.json"
-    result = launch("driver.py", ranks, "--json", str(summary), local_size=local_size)
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["ranks"] == ranks and report["local_size"] == local_size
-    assert report["failed"] == 0, "\n".join(report["failures"][:30])
-    assert report["passed"] > 1000 * ranks, f"too few cases ran: {report['passed']}"
-    assert result.returncode == 0, result.stderr[-4000:]
+    run = driver(ranks, tmp_path, local_size=local_size, min_passed_per_rank=1000)
+    assert run[0]["local_size"] == local_size
 
 
 @pytest.mark.multiprocess
@@ -34,14 +41,8 @@ def test_every_collective_algorithm_dtype_and_op(ranks: int, local_size: int, tm
 def test_every_collective_under_open_mpi(ranks: int, local_size: int, tmp_path) -> None:
     """The same cases (small sizes) on Open MPI 5 instead of MPICH: the transports and native collectives
     depend on no one MPI library."""
-    summary = tmp_path / "summary.json"
-    result = launch("driver.py", ranks, "--no-large", "--json", str(summary), local_size=local_size, openmpi=True)
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["mpi"].startswith("Open MPI"), report["mpi"]
-    assert report["failed"] == 0, "\n".join(report["failures"][:30])
-    assert report["passed"] > 1000 * ranks
-    assert result.returncode == 0, result.stderr[-4000:]
+    run = driver(ranks, tmp_path, "--no-large", local_size=local_size, openmpi=True, min_passed_per_rank=1000)
+    assert all(report["mpi"].startswith("Open MPI") for report in run.ranks), run[0]["mpi"]
 
 
 @pytest.mark.multiprocess
@@ -49,13 +50,8 @@ def test_every_collective_under_open_mpi(ranks: int, local_size: int, tmp_path) 
 def test_pipelined_in_several_chunks(ranks: int, local_size: int, tmp_path) -> None:
     """The pipelined schedule cut into 3 chunks at every size (uneven last chunks, chunks of padding only):
     the same results as every other schedule, all-reduce bitwise identical on all ranks."""
-    summary = tmp_path / "summary.json"
-    result = launch("driver.py", ranks, "--algorithms", "hier:pipelined,hier-mpi:pipelined", "--json", str(summary),
-                    local_size=local_size, env={"PCCL_PIPELINE_CHUNKS": "3"})
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["failed"] == 0, "\n".join(report["failures"][:30])
-    assert report["passed"] > 150 * ranks
+    driver(ranks, tmp_path, "--algorithms", "hier:pipelined,hier-mpi:pipelined", local_size=local_size,
+           env={"PCCL_PIPELINE_CHUNKS": "3"}, min_passed_per_rank=150)
 
 
 COMPRESSED_RUNS = [("bf16", 6, 3), ("int8", 4, 2), ("fp8", 5, 1), ("lossless", 4, 2), ("int8", 3, 1)]
@@ -68,27 +64,15 @@ def test_compressed_collectives(fmt: str, ranks: int, local_size: int, tmp_path)
     exactly the format's round trip of every input, reductions stay within the format's error, all-reduce
     results are bitwise identical on every rank; bad formats and dtypes are rejected on every rank. The
     pipelined plan runs in 3 chunks (its compressed form for the fixed-size formats, ``hier:mpi`` for lossless)."""
-    summary = tmp_path / "summary.json"
-    result = launch("driver.py", ranks, "--compression", fmt, "--algorithms",
-                    "mpi,ring,hier:mpi,hier:pipelined,hier-gloo:ring,vendor", "--json", str(summary),
-                    local_size=local_size, env={"PCCL_PIPELINE_CHUNKS": "3"})
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["failed"] == 0, "\n".join(report["failures"][:30])
-    assert report["passed"] > 300 * ranks
-    assert result.returncode == 0, result.stderr[-4000:]
+    driver(ranks, tmp_path, "--compression", fmt, "--algorithms", "mpi,ring,hier:mpi,hier:pipelined,hier-gloo:ring,vendor",
+           local_size=local_size, env={"PCCL_PIPELINE_CHUNKS": "3"}, min_passed_per_rank=300)
 
 
 @pytest.mark.multiprocess
 def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
     """The same cases (small sizes) with every local kernel run by the Triton interpreter, 2 nodes x 2."""
-    summary = tmp_path / "summary.json"
-    result = launch("driver.py", 4, "--no-large", "--json", str(summary), local_size=2,
-                    env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"})
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["failed"] == 0, "\n".join(report["failures"][:30])
-    assert report["passed"] > 1000 * 4
+    driver(4, tmp_path, "--no-large", local_size=2, env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"},
+           min_passed_per_rank=1000)
 
 
 @pytest.mark.multiprocess
@@ -103,6 +87,7 @@ def test_torch_backend_and_ddp(ranks: int, local_size: int, tmp_path) -> None:
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
     assert report["passed"] == 5 * ranks
+    check_exit(result, "torch_backend_driver.py")  # every rank, teardown included (the JSON is rank 0's)
 
 
 @pytest.mark.multiprocess
@@ -115,6 +100,7 @@ def test_pccl_as_the_default_process_group(tmp_path) -> None:
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
     assert report["passed"] == 24
+    check_exit(result, "torch_backend_driver.py --default-pccl")
 
 
 @pytest.mark.multiprocess
@@ -128,6 +114,7 @@ def test_fsdp2_with_pccl_matches_gloo(ranks: int, local_size: int, tmp_path) -> 
     report = json.loads(summary.read_text())
     assert report["failed"] == 0, "\n".join(report["failures"])
     assert report["passed"] == ranks
+    check_exit(result, "fsdp_driver.py")
 
 
 @pytest.mark.multiprocess
@@ -141,3 +128,4 @@ def test_a_world_pccl_group_rejects_a_local_size_that_does_not_divide_it() -> No
     result = run_checked([mpiexec(), "-n", "4", sys.executable, "-c", code], environment, 300)
     assert result.stdout.count("raised TopologyError") == 4 and "created" not in result.stdout, result.stdout
     assert "local size 3 does not divide the world size 4" in result.stdout
+    check_exit(result, "init_process_group('pccl') with PCCL_LOCAL_SIZE=3")
