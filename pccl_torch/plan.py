@@ -79,20 +79,49 @@ def valid_names(collective: Collective) -> list[str]:
 def names_for(collective: Collective, device: str = "cpu") -> list[str]:
     """The distinct names that run on ``device`` tensors: no explicit intra-node library that is the
     device's default anyway, none of another device. What ``pccl-bench pccl:all`` and the tests loop over."""
-    default = DEFAULT_INTRA[device]
-    usable = ("mpi", LIBRARY_BY_DEVICE[device])
-    keep = []
-    for name in valid_names(collective):
-        library = intra_library(name)
-        if library is None or (library in usable and library != default):
-            if not (name.endswith(":" + PIPELINED) and library is None and default != "mpi"):
-                keep.append(name)
-    return keep
+    return [name for name in runnable_names(collective, device) if not _synonym(name, DEFAULT_INTRA[device])]
+
+
+def _synonym(name: str, default: str) -> bool:
+    """Whether ``name`` runs as another name does where ``default`` is the intra-node library: ``hier-<default>:x``
+    is ``hier:x``, and ``hier:pipelined`` (always MPI inside) is ``hier-mpi:pipelined`` where the default is not MPI."""
+    library = intra_library(name)
+    if library is not None:
+        return library == default
+    return name.endswith(":" + PIPELINED) and default != "mpi"
+
+
+def runnable_names(collective: Collective, device: str) -> list[str]:
+    """Every name ``algorithm=`` accepts on ``device`` tensors: all but those forcing another device's intra-node
+    library (``hier-nccl:*`` on CPU, ``hier-gloo:*`` on CUDA). Unlike :func:`names_for`, synonyms stay
+    (``hier:ring`` and ``hier-mpi:ring`` on CPU)."""
+    usable = (None, "mpi", LIBRARY_BY_DEVICE[device])
+    return [name for name in valid_names(collective) if intra_library(name) in usable]
+
+
+def check_collective(collective: object) -> Collective:
+    """``collective`` when it names one; ``TypeError`` or ``ValueError`` naming the valid ones otherwise."""
+    valid = ", ".join(algorithms.COLLECTIVES)
+    if not isinstance(collective, str):
+        raise TypeError(f"collective must be a string, got {type(collective).__name__}; expected one of {valid}")
+    if collective not in algorithms.COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}; expected one of {valid}")
+    return collective
+
+
+def check_device(device: object) -> str:
+    """``device`` when it is a device type pccl serves; ``ValueError`` naming them otherwise."""
+    if device not in DEFAULT_INTRA:
+        raise ValueError(f"unknown device {device!r}; expected None or one of {', '.join(map(repr, DEFAULT_INTRA))}")
+    return device
 
 
 def algorithm_names(collective: Collective, device: str | None = None) -> list[str]:
-    """``pccl_torch.algorithms``: every accepted name, or with ``device`` the distinct ones that run there."""
-    return valid_names(collective) if device is None else names_for(collective, device)
+    """``pccl_torch.algorithms``: every name ``algorithm=`` accepts for ``collective`` (``device`` None), or the
+    distinct ones that run on ``device`` (``"cpu"``, ``"cuda"``) tensors. An unknown collective or device raises,
+    naming the valid ones."""
+    collective = check_collective(collective)
+    return valid_names(collective) if device is None else names_for(collective, check_device(device))
 
 
 def intra_library(name: str) -> str | None:
