@@ -25,8 +25,10 @@ def run_grid(nodes: int, local: int, fn):
 
 
 def ints(p: int, numel: int, seed: int) -> list[torch.Tensor]:
+    """Per-rank integers in +-[1, 4]: never 0, so a rank left out or counted twice changes every element of a SUM."""
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(-4, 5, (numel,), generator=g, dtype=torch.int64) for _ in range(p)]
+    return [torch.randint(1, 5, (numel,), generator=g, dtype=torch.int64) * (torch.randint(0, 2, (numel,), generator=g) * 2 - 1)
+            for _ in range(p)]
 
 
 @pytest.mark.parametrize("nodes,local", GRIDS)
@@ -64,14 +66,18 @@ def test_reduce_scatter(nodes: int, local: int, inter: str) -> None:
 @pytest.mark.parametrize("nodes,local", GRIDS)
 @pytest.mark.parametrize("inter", family("all_reduce") + ["native"])
 @pytest.mark.parametrize("numel", [0, 1, 7, 24])
-def test_all_reduce(nodes: int, local: int, inter: str, numel: int) -> None:
+@pytest.mark.parametrize("op", [ReduceOp.SUM, ReduceOp.MAX], ids=lambda o: o.name)
+def test_all_reduce(nodes: int, local: int, inter: str, numel: int, op: ReduceOp) -> None:
+    """SUM sees a rank dropped or counted twice (MAX, idempotent, cannot see a double count); MAX checks
+    that the op reaches both levels."""
     p = nodes * local
     inputs = ints(p, numel, seed=p + numel)
-    expected = torch.stack(inputs).max(0).values if numel else torch.empty(0, dtype=torch.int64)
+    stack = torch.stack(inputs) if numel else torch.empty(p, 0, dtype=torch.int64)
+    expected = stack.sum(0) if op == ReduceOp.SUM else stack.max(0).values
 
     def fn(intra_t, inter_t, g):
         buf = inputs[g].clone()
-        hierarchical.all_reduce(intra_t, inter_t, get("all_reduce", inter).fn, buf, ReduceOp.MAX)
+        hierarchical.all_reduce(intra_t, inter_t, get("all_reduce", inter).fn, buf, op)
         return buf
 
     for out in run_grid(nodes, local, fn):

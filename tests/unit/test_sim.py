@@ -141,17 +141,59 @@ def test_hierarchical_closed_forms():
                       "alpha_inter": 4, "beta_inter": 2 * 3 / 4 * N / 2 * 2, "gamma": N / 2 + 3 / 4 * N / 2})
 
 
+# Hand-computed from the module's formulas (costs.py docstring; hierarchical_phases): n = N bytes, N_n nodes,
+# L ranks per node, k NICs. Inter phase among the N_n local-rank peers on n/L bytes, its bytes times the
+# NIC share max(1, L/k) (gamma is not); intra phases a vendor ring on n bytes among L; AG unpacks and RS
+# packs n bytes (copy). Each value below is written out, not summed by the code under test.
+HIER_CASES = [
+    # all-gather hier:ring, 3 nodes x 4, 2 NICs (share 2): inter ring 2 steps of (2/3)(N/4)*2 = N/3 bytes,
+    # intra ring 3 steps, 3/4 N; unpack N.
+    ("all_gather", "hier:ring", 3, 4, 2,
+     {"alpha_inter": 2, "beta_inter": N / 3, "alpha_vendor_intra": 3, "beta_vendor_intra": 0.75 * N, "copy": N}),
+    # reduce-scatter hier:ring, same layout: pack N; intra RS ring 3 steps, 3/4 N bytes and reductions;
+    # inter RS ring on N/4: 2 steps, N/3 bytes (share 2), (2/3)(N/4) = N/6 reduced.
+    ("reduce_scatter", "hier:ring", 3, 4, 2,
+     {"copy": N, "alpha_vendor_intra": 3, "beta_vendor_intra": 0.75 * N, "alpha_inter": 2, "beta_inter": N / 3,
+      "gamma": 0.75 * N + N / 6}),
+    # all-reduce hier:ring, same layout: intra RS + intra AG (6 steps, 1.5 N), inter ring AR on N/4:
+    # 4 steps, 2 (2/3)(N/4) 2 = 2N/3 bytes, N/6 reduced; intra RS reduced 3/4 N.
+    ("all_reduce", "hier:ring", 3, 4, 2,
+     {"alpha_vendor_intra": 6, "beta_vendor_intra": 1.5 * N, "alpha_inter": 4, "beta_inter": 2 * N / 3,
+      "gamma": 0.75 * N + N / 6}),
+    # all-reduce hier:recursive_doubling, 4 nodes x 2, 2 NICs (share 1): intra RS/AG ring of 2 (1 step each,
+    # N/2 bytes each, N/2 reduced); inter recursive doubling on N/2 among 4: lg 4 = 2 steps of N/2 bytes,
+    # N/2 reduced per step.
+    ("all_reduce", "hier:recursive_doubling", 4, 2, 2,
+     {"alpha_vendor_intra": 2, "beta_vendor_intra": N, "alpha_inter": 2, "beta_inter": N, "gamma": 1.5 * N}),
+    # all-gather hier:recursive_doubling, 3 nodes x 2, 1 NIC (share 2), a fold (q = 2): inter lg 2 + 2 = 3
+    # steps, bytes ((q-1)/q n' + n'/3 + n') * 2 with n' = N/2; intra ring of 2: 1 step, N/2; unpack N.
+    ("all_gather", "hier:recursive_doubling", 3, 2, 1,
+     {"alpha_inter": 3, "beta_inter": (0.5 * N / 2 + N / 6 + N / 2) * 2, "alpha_vendor_intra": 1,
+      "beta_vendor_intra": N / 2, "copy": N}),
+    # One node of 4: the inter phase has one peer and costs nothing; what is left is the intra ring and
+    # the unpack / pack.
+    ("all_gather", "hier:ring", 1, 4, 4, {"alpha_vendor_intra": 3, "beta_vendor_intra": 0.75 * N, "copy": N}),
+    ("reduce_scatter", "hier:ring", 1, 4, 4,
+     {"copy": N, "alpha_vendor_intra": 3, "beta_vendor_intra": 0.75 * N, "gamma": 0.75 * N}),
+    # One rank per node: the intra phases cost nothing; the inter ring moves the whole buffer.
+    ("all_reduce", "hier:ring", 4, 1, 1,
+     {"alpha_inter": 6, "beta_inter": 1.5 * N, "gamma": 0.75 * N}),
+]
+
+
+@pytest.mark.parametrize("collective,name,nodes,local,nics,expected", HIER_CASES,
+                         ids=[f"{c}-{a}-{n}x{l}-k{k}" for c, a, n, l, k, _ in HIER_CASES])
+def test_hierarchical_terms_match_hand_computed_values(collective, name, nodes, local, nics, expected):
+    assert_terms(terms(collective, name, N, nodes, local, nics), {"overhead": 1.0, **expected})
+
+
 @pytest.mark.parametrize("collective", list(costs.FAMILY))
-def test_hierarchical_is_sum_of_phases(collective):
-    for name in algorithms(collective):
-        if not name.startswith("hier"):
-            continue
-        intra, inner = costs.split_hierarchical(name)
-        for nodes, local, nics in [(1, 4, 4), (4, 1, 1), (5, 4, 2), (8, 8, 4)]:
-            phases = costs.hierarchical_phases(collective, inner, N, nodes, local, nics, intra)
-            assert len(phases) == 3
-            total = sum((t for _, t in phases), costs.Terms({"overhead": 1.0}))
-            assert_terms(terms(collective, name, N, nodes, local, nics), coef(total))
+def test_hierarchical_phases_run_in_order(collective):
+    """AG: inter, intra AG, unpack; RS: pack, intra RS, inter; AR: intra RS, inter, intra AG."""
+    labels = [label for label, _ in costs.hierarchical_phases(collective, "ring", N, 3, 4, 2)]
+    assert labels == {"all_gather": ["inter ring", "intra vendor all_gather", "unpack"],
+                      "reduce_scatter": ["pack", "intra vendor reduce_scatter", "inter ring"],
+                      "all_reduce": ["intra vendor reduce_scatter", "inter ring", "intra vendor all_gather"]}[collective]
     # Fewer NICs than ranks: only the inter phase's bytes grow, by L / nics.
     one, four = (terms(collective, "hier:ring", N, 4, 8, k) for k in (8, 2))
     assert four["beta_inter"] == pytest.approx(4 * one["beta_inter"])
