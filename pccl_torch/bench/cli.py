@@ -16,6 +16,7 @@ Sizes are bytes of the full buffer (all-gather output, reduce-scatter input, all
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import subprocess
@@ -24,20 +25,24 @@ from pathlib import Path
 
 import torch
 
-from pccl_torch.units import check_size_range, parse_size, size_argument, size_range
+from pccl_torch.testbed.net import TestbedError
+from pccl_torch.topology import TopologyError
+from pccl_torch.units import (UsageError, check_size_range, parse_size, run_command, size_argument, size_range,
+                              tool_parser)
 
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pccl-bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = tool_parser("pccl-bench", __doc__)
     p.add_argument("-b", "--minbytes", default="1K", type=size_argument, help="smallest size (default 1K)")
     p.add_argument("-e", "--maxbytes", default="16M", type=size_argument, help="largest size (default 16M)")
     p.add_argument("-f", "--stepfactor", type=float, default=4, help="size multiplier (default 4)")
-    p.add_argument("-c", "--collectives", default="all_reduce,all_gather,reduce_scatter")
+    p.add_argument("-c", "--collectives", default="all_reduce,all_gather,reduce_scatter",
+                   help="comma list of the collectives to time (default all three)")
     p.add_argument("-d", "--dtype", default="float32",
-                   choices=["float32", "float64", "float16", "bfloat16", "int32", "int64"])
+                   choices=["float32", "float64", "float16", "bfloat16", "int32", "int64"],
+                   help="element type (default float32)")
     p.add_argument("-w", "--warmup", type=int, default=3, help="warm-up iterations per size and backend")
     p.add_argument("-n", "--iters", type=int, default=10, help="timed iterations per size and backend")
     p.add_argument("--backends", default="pccl,gloo,mpi",
@@ -88,22 +93,16 @@ def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
     mpiexec = Path(sys.prefix) / "bin" / "mpiexec"
     launcher = str(mpiexec) if mpiexec.exists() else shutil.which("mpiexec")
     if not launcher:
-        print("pccl-bench: no mpiexec found; install pccl-torch (it brings the mpich wheel)", file=sys.stderr)
-        return 2
+        raise UsageError("no mpiexec found; install pccl-torch (it brings the mpich wheel)")
     env = dict(os.environ)
     env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     program = [sys.executable, "-m", "pccl_torch.bench.cli", *ranks_argv(argv, testbed=bool(args.testbed))]
     if args.testbed:
         from pccl_torch.testbed import launch
-        from pccl_torch.testbed.net import TestbedError
 
-        try:
-            config = launch.require(args.testbed)
-            command = launch.mpiexec_command(config, program, nprocs=args.nprocs, per_node=args.local_size,
-                                             mpiexec=launcher)
-        except TestbedError as exc:
-            print(f"pccl-bench: {exc}", file=sys.stderr)
-            return 2
+        config = launch.require(args.testbed)
+        command = launch.mpiexec_command(config, program, nprocs=args.nprocs, per_node=args.local_size,
+                                         mpiexec=launcher)
         return subprocess.run(command, env=launch.run_environment(config, env)).returncode
     if args.local_size:
         env["PCCL_LOCAL_SIZE"] = str(args.local_size)
@@ -116,11 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_size_range(parser, args)
+    return run_command(parser, functools.partial(run, args, argv), (TopologyError, TestbedError))
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """Launch the ranks (``-np``), or time the collectives on this launch's ranks; exit status 1 on a wrong result."""
     if args.nprocs and not inside_mpi_launch():
         return relaunch(args, argv)
     if args.testbed and not inside_mpi_launch():
-        print("pccl-bench: --testbed needs -np N (the ranks to launch into the testbed)", file=sys.stderr)
-        return 2
+        raise UsageError("--testbed needs -np N (the ranks to launch into the testbed)")
 
     import pccl_torch as pc
     from pccl_torch.bench import report
@@ -136,11 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         iter_budget=parse_size(args.iter_budget) if args.iter_budget else None,
         confirm=args.confirm,
     )
-    try:
-        validate_backends(settings.backends, settings.collectives)
-    except ValueError as exc:
-        print(f"pccl-bench: {exc}", file=sys.stderr)
-        return 2
+    validate_backends(settings.backends, settings.collectives)
     comm = pc.init(local_size=args.local_size)
     try:
         rows = measure(comm, settings, progress=not args.no_progress)

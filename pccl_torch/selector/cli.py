@@ -8,27 +8,31 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
-from pccl_torch.units import check_size_range, format_size, parse_size, size_argument, size_range
+from pccl_torch.topology import TopologyError
+from pccl_torch.units import (UsageError, check_size_range, format_size, parse_size, run_command, size_argument,
+                              size_range, table, tool_parser)
 
 DEFAULT_WORK_DIR = Path.home() / ".cache" / "pccl-torch" / "tune"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pccl-tune", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = tool_parser("pccl-tune", __doc__)
     p.add_argument("-np", "--nprocs", type=int, help="measure with this many ranks (mpiexec)")
     p.add_argument("--local-size", type=int, default=1, help="ranks per emulated node while measuring")
-    p.add_argument("-b", "--minbytes", default="1K", type=size_argument)
-    p.add_argument("-e", "--maxbytes", default="16M", type=size_argument)
-    p.add_argument("-f", "--stepfactor", type=float, default=2)
-    p.add_argument("-n", "--iters", type=int, default=7)
-    p.add_argument("-w", "--warmup", type=int, default=2)
+    p.add_argument("-b", "--minbytes", default="1K", type=size_argument,
+                   help="smallest full buffer size measured (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="16M", type=size_argument,
+                   help="largest full buffer size measured (default 16M)")
+    p.add_argument("-f", "--stepfactor", type=float, default=2, help="size multiplier between measurements (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=7, help="timed iterations per size and algorithm (default 7)")
+    p.add_argument("-w", "--warmup", type=int, default=2, help="warm-up iterations per size and algorithm (default 2)")
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
                    help="measurements are kept here, one file per size: an interrupted run resumes")
     p.add_argument("--bench-json", nargs="*", default=[], help="pccl-bench --backends pccl:all results to train on")
@@ -37,10 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="write the profile here (e.g. ~/.cache/pccl-torch/profile.json)")
     p.add_argument("--explain", action="store_true", help="explain a choice instead of training")
     p.add_argument("--profile", help="profile to explain (default: the one pccl would load)")
-    p.add_argument("-c", "--collective", default="all_reduce", choices=("all_reduce", "all_gather", "reduce_scatter"))
+    p.add_argument("-c", "--collective", default="all_reduce", choices=("all_reduce", "all_gather", "reduce_scatter"),
+                   help="collective of the call to explain (default all_reduce)")
     p.add_argument("--bytes", default="1M", type=size_argument, help="full buffer size of the call to explain")
-    p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--dtype-size", type=int, default=4)
+    p.add_argument("--ranks", type=int, default=8, help="ranks of the call to explain (default 8)")
+    p.add_argument("--dtype-size", type=int, default=4, help="bytes per element of the call to explain (default 4)")
     p.add_argument("--link-ratio", type=float, default=1.0,
                    help="intra- over inter-node link bandwidth of the call to explain (stats()['links']['ratio']; "
                         "1: one machine, ~9 at 1 Gbit/s between nodes here)")
@@ -82,8 +87,7 @@ def train_command(args: argparse.Namespace) -> int:
     rows = [row for f in files for row in json.loads(Path(f).read_text())]
     cases = cases_from_bench(rows)
     if not cases:
-        print("pccl-tune: no pccl:all measurements to train on (give -np or --bench-json)", file=sys.stderr)
-        return 2
+        raise UsageError("no pccl:all measurements to train on (give -np or --bench-json)")
     machine, _report = fit(rows, None)
     layouts = [tuple(int(x) for x in item.split("x")) for item in filter(None, args.model_layouts.split(","))]
     sizes = sorted({c.nbytes for c in cases})
@@ -92,10 +96,9 @@ def train_command(args: argparse.Namespace) -> int:
     print(f"{len(cases)} cases ({profile.metadata['cases']['measured']} measured, "
           f"{profile.metadata['cases']['model']} from the cost model fitted on them)\n")
     print("held-out sizes (cross-validation on the measured cases):")
-    print(f"{'model':<15}{'mean regret':>12}{'within 10%':>12}{'accuracy':>10}")
-    for name, s in scores.items():
-        mark = "  <- chosen" if name == profile.metadata["model"] else ""
-        print(f"{name:<15}{s.mean_regret:>11.1%}{s.within_10pct:>12.1%}{s.accuracy:>10.1%}{mark}")
+    rows = [(name, f"{s.mean_regret:.1%}", f"{s.within_10pct:.1%}", f"{s.accuracy:.1%}",
+             "<- chosen" if name == profile.metadata["model"] else "") for name, s in scores.items()]
+    print("\n".join(table(("model", "mean regret", "within 10%", "accuracy", ""), rows, "<>>><")))
     print("\nchosen (rows) vs fastest measured (columns) on held-out sizes:")
     print(format_confusion(held_out))
     print(f"distilled into a decision tree of {len(profile.tree['feature'])} nodes "
@@ -121,20 +124,14 @@ def format_confusion(held_out) -> str:
 def explain_command(args: argparse.Namespace) -> int:
     from pccl_torch.plan import valid_names
     from pccl_torch.selector.features import feature_vector
-    from pccl_torch.selector.profile import Profile, ProfileError
+    from pccl_torch.selector.profile import Profile
     from pccl_torch.selector.runtime import Selector, profile_path
     from pccl_torch.topology import Topology
 
     path = args.profile or profile_path()
     if path is None:
-        print("pccl-tune: no profile (PCCL_PROFILE, ~/.cache/pccl-torch/profile.json or configs/selector/)",
-              file=sys.stderr)
-        return 2
-    try:
-        profile = Profile.load(path)
-    except ProfileError as exc:
-        print(f"pccl-tune: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError("no profile (PCCL_PROFILE, ~/.cache/pccl-torch/profile.json or configs/selector/)")
+    profile = Profile.load(path)
     nbytes = parse_size(args.bytes)
     topo = Topology(0, args.ranks, args.local_size)
     links = _links_for(Selector(profile).machine_profile(), args.link_ratio)
@@ -147,14 +144,16 @@ def explain_command(args: argparse.Namespace) -> int:
     print(f"call: {args.collective}, {format_size(nbytes)}, {topo.num_nodes} nodes x {topo.local_size} ranks")
     ranking = [a for a in profile.rank(features) if a in valid_names(args.collective)]
     machine = Selector(profile).machine_profile(links)
-    print(f"\n{'algorithm':<26}{'model rank':>11}{'predicted (us)':>16}")
     from pccl_torch.sim import costs
 
+    rows = []
     for name in valid_names(args.collective):
         rank = str(ranking.index(name) + 1) if name in ranking else "-"
         predicted = (f"{costs.predict(args.collective, name, nbytes, topo.num_nodes, topo.local_size, machine) * 1e6:.1f}"
                      if machine else "-")
-        print(f"{name:<26}{rank:>11}{predicted:>16}")
+        rows.append((name, rank, predicted))
+    print()
+    print("\n".join(table(("algorithm", "model rank", "predicted (us)"), rows, "<>>")))
     reason = {"profile": "inside the trained range: the learned model (trained on measurements) decides",
               "cost model": "outside the trained range: the cost model fitted on this machine decides",
               "heuristic": "outside the trained range and no cost model in the profile: the heuristic decides"}
@@ -193,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_size_range(parser, args)
-    return explain_command(args) if args.explain else train_command(args)
+    command = explain_command if args.explain else train_command
+    return run_command(parser, functools.partial(command, args), (TopologyError,))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ sweep GPU counts to see where hierarchical collectives beat the vendor library's
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -19,7 +20,7 @@ from pccl_torch.plan import HIER_PREFIX
 from pccl_torch.sim import costs, machine
 from pccl_torch.sim.fit import fit, format_report
 from pccl_torch.sim.machine import MachineProfile
-from pccl_torch.units import format_size, size_argument, size_list_argument
+from pccl_torch.units import format_size, run_command, size_argument, size_list_argument, table, tool_parser
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
 
@@ -78,12 +79,10 @@ def sweep(profile: MachineProfile, gpus: list[int], sizes: list[int],
 
 
 def format_sweep(points: list[SweepPoint]) -> str:
-    lines = [f"{'collective':<16}{'size':>6}{'gpus':>7}{'nodes':>7}{'vendor(us)':>13}"
-             f"{'best hierarchical':>26}{'time(us)':>12}{'speedup':>10}"]
-    for p in points:
-        lines.append(f"{p.collective:<16}{format_size(p.nbytes):>6}{p.gpus:>7}{p.nodes:>7}{p.vendor_us:>13.1f}"
-                     f"{p.hier_algorithm:>26}{p.hier_us:>12.1f}{p.speedup:>9.1f}x")
-    return "\n".join(lines)
+    header = ("collective", "size", "gpus", "nodes", "vendor(us)", "best hierarchical", "time(us)", "speedup")
+    rows = [(p.collective, format_size(p.nbytes), str(p.gpus), str(p.nodes), f"{p.vendor_us:.1f}", p.hier_algorithm,
+             f"{p.hier_us:.1f}", f"{p.speedup:.1f}x") for p in points]
+    return "\n".join(table(header, rows, "<>>>><>>"))
 
 
 def plot_sweep(points: list[SweepPoint], path: str | Path, title: str) -> None:
@@ -119,10 +118,9 @@ def _predict(args: argparse.Namespace) -> None:
     winner = min(times, key=times.__getitem__)
     print(f"{args.collective} of {format_size(args.bytes)} on {args.gpus} GPUs = {nodes} nodes x {local} "
           f"({profile.name})")
-    print(f"{'algorithm':<26}{'time(us)':>14}{'vs vendor':>11}")
-    for name, t in times.items():
-        mark = "  <- best" if name == winner else ""
-        print(f"{name:<26}{t * 1e6:>14.1f}{times['vendor'] / t:>10.2f}x{mark}")
+    rows = [(name, f"{t * 1e6:.1f}", f"{times['vendor'] / t:.2f}x", "<- best" if name == winner else "")
+            for name, t in times.items()]
+    print("\n".join(table(("algorithm", "time(us)", "vs vendor", ""), rows, "<>><")))
     print(f"best: {winner}, {times['vendor'] / times[winner]:.1f}x faster than vendor")
 
 
@@ -155,13 +153,14 @@ def _sweep(args: argparse.Namespace) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="pccl-sim", description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command", required=True)
+    top = tool_parser("pccl-sim", __doc__)
+    sub = top.add_subparsers(dest="command", required=True, help="what to do (each has its own --help)")
 
     p = sub.add_parser("predict", help="predicted time of every algorithm of one call")
-    p.add_argument("-c", "--collective", required=True, choices=COLLECTIVES)
+    p.add_argument("-c", "--collective", required=True, choices=COLLECTIVES, help="the collective of the call")
     p.add_argument("--bytes", required=True, type=size_argument, help="full buffer size, e.g. 1M")
-    p.add_argument("--gpus", required=True, type=int)
+    p.add_argument("--gpus", required=True, type=int,
+                   help="ranks of the call: whole nodes of the machine, or part of one")
     p.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     p.set_defaults(run=_predict)
 
@@ -173,10 +172,11 @@ def parser() -> argparse.ArgumentParser:
     f.set_defaults(run=_fit)
 
     s = sub.add_parser("sweep", help="vendor ring vs best hierarchical algorithm over GPU counts")
-    s.add_argument("--machine", required=True)
+    s.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     s.add_argument("--gpus", default="8..4096", help="A..B (powers of two) or a comma list")
     s.add_argument("--sizes", default=DEFAULT_SIZES, type=size_list_argument, help=f"comma list (default {DEFAULT_SIZES})")
-    s.add_argument("-c", "--collective", default=",".join(COLLECTIVES))
+    s.add_argument("-c", "--collective", default=",".join(COLLECTIVES),
+                   help="comma list of collectives (default all three)")
     s.add_argument("--json", help="write the points as JSON")
     s.add_argument("--plot", help="write a speedup plot (PNG)")
     s.set_defaults(run=_sweep)
@@ -184,13 +184,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        args.run(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"pccl-sim: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    top = parser()
+    args = top.parse_args(argv)
+    return run_command(top, functools.partial(args.run, args), (TypeError, OSError))
 
 
 if __name__ == "__main__":

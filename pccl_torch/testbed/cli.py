@@ -13,6 +13,7 @@ launches into them. Needs root and iproute2 (ip, tc).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
@@ -20,12 +21,12 @@ from dataclasses import asdict
 
 from pccl_torch.testbed import launch, net
 from pccl_torch.testbed.net import DEFAULT_PREFIX, TestbedConfig, TestbedError
+from pccl_torch.units import UsageError, run_command, tool_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pccl-testbed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="action", required=True)
+    parser = tool_parser("pccl-testbed", __doc__)
+    sub = parser.add_subparsers(dest="action", required=True, help="what to do (each has its own --help)")
 
     def with_prefix(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--prefix", default=DEFAULT_PREFIX,
@@ -90,39 +91,40 @@ def _torchrun(args: argparse.Namespace, command: list[str]) -> int:
     return max(abs(agent.wait()) for agent in agents)
 
 
+def run(args: argparse.Namespace) -> int:
+    """Carry out ``args.action``; its exit status."""
+    if args.action == "up":
+        config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
+                               delay=args.delay, prefix=args.prefix, subnet=args.subnet)
+        built = net.up(config)
+        print(f"testbed {config.prefix} {'up' if built else 'already up'}: {config.describe()}")
+        return 0
+    if args.action == "down":
+        removed = net.down(args.prefix)
+        print(f"testbed {args.prefix} down: " + (f"removed {', '.join(removed)}" if removed else "nothing found"))
+        return 0
+    if args.action == "status":
+        found = net.status(args.prefix)
+        if args.json:
+            print(json.dumps({**asdict(found), "up": found.up}, indent=1))
+        else:
+            _print_status(found)
+        return 0 if found.up else 1
+    if args.action == "probe":
+        if args.ppn is None and args.nprocs is None:
+            args.ppn = 2
+        return _launch(args, [sys.executable, "-m", "pccl_torch.testbed.probe", "--mbytes", str(args.mbytes)])
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        example = "run -np 4 -- python script.py" if args.action == "run" else "torchrun --ppn 2 -- script.py"
+        raise UsageError(f"{args.action}: no command given (pccl-testbed {example})")
+    return _torchrun(args, command) if args.action == "torchrun" else _launch(args, command)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.action == "up":
-            config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
-                                   delay=args.delay, prefix=args.prefix, subnet=args.subnet)
-            built = net.up(config)
-            print(f"testbed {config.prefix} {'up' if built else 'already up'}: {config.describe()}")
-            return 0
-        if args.action == "down":
-            removed = net.down(args.prefix)
-            print(f"testbed {args.prefix} down: " + (f"removed {', '.join(removed)}" if removed else "nothing found"))
-            return 0
-        if args.action == "status":
-            found = net.status(args.prefix)
-            if args.json:
-                print(json.dumps({**asdict(found), "up": found.up}, indent=1))
-            else:
-                _print_status(found)
-            return 0 if found.up else 1
-        if args.action == "probe":
-            if args.ppn is None and args.nprocs is None:
-                args.ppn = 2
-            return _launch(args, [sys.executable, "-m", "pccl_torch.testbed.probe", "--mbytes", str(args.mbytes)])
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        if not command:
-            example = "run -np 4 -- python script.py" if args.action == "run" else "torchrun --ppn 2 -- script.py"
-            print(f"pccl-testbed {args.action}: no command given (pccl-testbed {example})", file=sys.stderr)
-            return 2
-        return _torchrun(args, command) if args.action == "torchrun" else _launch(args, command)
-    except (TestbedError, ValueError) as exc:
-        print(f"pccl-testbed: {exc}", file=sys.stderr)
-        return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_command(parser, functools.partial(run, args), (TestbedError,))
 
 
 if __name__ == "__main__":
