@@ -23,7 +23,7 @@ from pccl_torch import heuristic, links, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
-from pccl_torch.plan import Plan, env_overrides, names_for, resolve
+from pccl_torch.plan import HIER_PREFIX, Plan, env_overrides, names_for, resolve
 from pccl_torch.selector.profile import Profile, ProfileError
 from pccl_torch.selector.runtime import Selector, profile_path
 from pccl_torch.sim.pipeline import COMPRESSED_MIN_CHUNKS, pipeline_chunks
@@ -86,6 +86,15 @@ class Choice:
             return chosen
         return plan
 
+    def bind_plan(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
+                  dtype: torch.dtype, compression: str | None = None) -> tuple[Plan, bool]:
+        """The plan of an issued call and whether it is final for its shape (the call-shape cache keeps it):
+        everything but a shape online tuning is still trying candidates for."""
+        plan = self.plan(comm, collective, algorithm, nbytes, dtype, compression)
+        tuning_it = (self.tuner is not None and algorithm is None and plan.compression is None
+                     and collective not in self.overrides)
+        return plan, not tuning_it or (collective, algorithm, nbytes, dtype, compression) in self.tuned
+
     def _alternatives(self, comm: Communicator, collective: Collective, chosen: str, nbytes: int) -> list[str]:
         """What online tuning may try beside ``chosen``: the pool's names that run here, best predicted first by
         the selector's cost model where the profile has one, none predicted ``SLOWER_BOUND`` times its best."""
@@ -106,6 +115,11 @@ class Choice:
                 dtype: torch.dtype) -> Plan:
         topo = comm.topology
         name = algorithm or self.overrides.get(collective)
+        named = bool(name)
+        if not name and not topo.networked:
+            # One machine: the ranks share memory, and the library's own flat collective is the fastest path
+            # there (a hierarchy only adds copies; NOTES: 2-level on one host was 0.4-0.8x of flat MPI).
+            name = heuristic.one_machine_choice(comm.device.type)
         if not name and topo.networked and topo.is_hierarchical and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
@@ -119,8 +133,10 @@ class Choice:
         if plan.pipelined:
             # The selector's machine parameters were fitted without the network (no link-aware features
             # yet): the chunk count comes from the fixed chunk size, not from them.
-            plan = dataclasses.replace(plan, chunks=pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size,
-                                                                    None))
+            chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, None)
+            # One chunk has nothing to overlap: its unpipelined form (MPI's collectives on both levels) runs it.
+            plan = dataclasses.replace(resolve(collective, HIER_PREFIX + "mpi") if chunks == 1 and not named
+                                       else plan, chunks=chunks)
         return plan
 
 

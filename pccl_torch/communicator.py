@@ -113,11 +113,17 @@ class CollectiveStats:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], list] = {}
 
-    def record(self, plan, nbytes: int, seconds: float) -> None:
-        """Count one call of ``plan`` (anything with ``collective`` and ``name``)."""
+    def entry(self, plan) -> list:
+        """The ``[calls, bytes, seconds]`` of ``plan`` (anything with ``collective`` and ``name``), updated in
+        place by its bound calls (``pccl_torch.calls``)."""
         entry = self._entries.get((plan.collective, plan.name))
         if entry is None:
             entry = self._entries[(plan.collective, plan.name)] = [0, 0, 0.0]
+        return entry
+
+    def record(self, plan, nbytes: int, seconds: float) -> None:
+        """Count one call of ``plan``."""
+        entry = self.entry(plan)
         entry[0] += 1
         entry[1] += nbytes
         entry[2] += seconds
@@ -125,7 +131,8 @@ class CollectiveStats:
     def _by_collective(self, index: int) -> Counter[str]:
         out: Counter[str] = Counter()
         for (collective, _), entry in self._entries.items():
-            out[collective] += entry[index]
+            if entry[0]:
+                out[collective] += entry[index]
         return out
 
     @property
@@ -142,10 +149,12 @@ class CollectiveStats:
 
     @property
     def algorithms(self) -> Counter[tuple[str, str]]:
-        return Counter({key: entry[0] for key, entry in self._entries.items()})
+        return Counter({key: entry[0] for key, entry in self._entries.items() if entry[0]})
 
     def reset(self) -> None:
-        self._entries.clear()
+        """Zero every counter (in place: bound calls keep their entries)."""
+        for entry in self._entries.values():
+            entry[:] = [0, 0, 0.0]
 
 
 @dataclass(eq=False)
@@ -184,8 +193,13 @@ class Communicator:
     broken: PcclError | None = None
     """The failure that broke the communicator, if one did."""
     closed: bool = False
+    calls: dict = field(default_factory=dict, repr=False)
+    """The call-shape cache: a bound call per call shape (``pccl_torch.calls``), dropped with the communicator."""
+    cuda_index: int = field(init=False)
+    """The CUDA device index of this communicator's tensors; -1 for CPU tensors (what ``get_device()`` says)."""
 
     def __post_init__(self) -> None:
+        self.cuda_index = -1 if self.device.type == "cpu" else self.device.index
         wants_triton(torch.empty(0, device=self.device))  # a bad PCCL_KERNELS fails here, not mid-collective
         _LIVE.add(self)
         topo = self.topology
@@ -258,6 +272,7 @@ class Communicator:
         transports are dropped, not freed."""
         if self.closed:
             return
+        self.calls.clear()
         self.executor.shutdown()
         if self.broken is None:
             for transport in (self.inter, self.intra_mpi, self.intra_torch, self.world):

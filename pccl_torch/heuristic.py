@@ -31,6 +31,16 @@ def flat_choice(collective: Collective, nbytes: int, ranks: int) -> str:
     return "rabenseifner" if power_of_two or nbytes < MEDIUM else "ring"
 
 
+ONE_MACHINE = {"cpu": "mpi", "cuda": "vendor"}
+"""The choice where every rank shares one machine's memory: the native library's flat collective (MPI's for CPU
+tensors, NCCL's for CUDA ones through torch.distributed): no hierarchy can pay without a network between nodes."""
+
+
+def one_machine_choice(device: str) -> str:
+    """The algorithm of a call on one machine (``Topology.networked`` false) for ``device`` tensors."""
+    return ONE_MACHINE[device]
+
+
 def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
     """Algorithm name for a call of ``collective`` on a full buffer of ``nbytes`` bytes."""
     if topology.world_size == 1:

@@ -101,6 +101,9 @@ class OrderedExecutor:
         last = self._last
         if last is not None:
             concurrent.futures.wait([last])
+            with self._lock:
+                if self._last is last:  # nothing queued since: later blocking calls need not wait
+                    self._last = None
 
     def shutdown(self) -> None:
         with self._lock:

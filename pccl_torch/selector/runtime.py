@@ -93,7 +93,7 @@ class Selector:
                 if name in valid:
                     return name, "profile"
         if not self._warned and topology.rank == 0:  # every rank decides the same: say it once
-            log.warning("pccl: %s (%d bytes, %d nodes x %d ranks) is outside what %s was trained on; using the %s",
+            log.debug("pccl: %s (%d bytes, %d nodes x %d ranks) is outside what %s was trained on; using the %s",
                         collective, nbytes, topology.num_nodes, topology.local_size, self.origin,
                         "cost model" if self.profile.machine_profile else "heuristic")
             self._warned = True

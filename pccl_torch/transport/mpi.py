@@ -65,6 +65,15 @@ _NAP_S = 0.0002
 _POLLS_PER_CHECK = 16
 
 
+BoundNative = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+"""A bound native collective (``MPITransport.bind_*``): ``run(a, b) -> a``."""
+
+
+def _unchanged(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
+    """An all-reduce over one rank: its buffer as it is."""
+    return tensor
+
+
 def _nap() -> None:
     time.sleep(_NAP_S)
 
@@ -129,6 +138,7 @@ class MPITransport(Transport):
     def __init__(self, comm: "MPI.Comm", *, owned: bool = False) -> None:
         self.comm = comm
         self._typical: dict[tuple[str, int], float] = {}  # fastest recent seconds per kind of wait (_learn)
+        self._watches: dict[str, watchdog.Watch] = {}  # the watchdog's watch per kind of blocking call
         self._owned = owned
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
@@ -198,16 +208,111 @@ class MPITransport(Transport):
         self._complete_collective(request, "MPI's native all-reduce", _nbytes(tensor))
         return None
 
+    def _watch(self, what: str) -> watchdog.Watch:
+        """The watchdog's watch of this transport's blocking ``what`` (one per kind, made at its first call)."""
+        watch = self._watches.get(what)
+        if watch is None or watch.timeout_s != self.timeout_s:
+            watch = self._watches[what] = watchdog.Watch(self.timeout_s, what)
+        return watch
+
     def _blocking(self, call, args: tuple, what: str) -> None:
         """``call(*args)``, a blocking MPI collective, watched by the watchdog for the transport's timeout;
         a failure a fault-tolerant MPI reports becomes ``Stalled`` as in the polled path."""
-        token = watchdog.arm(self.timeout_s, what)
+        watch = self._watch(what)
+        watch.arm()
         try:
             call(*args)
         except MPI.Exception as exc:
             raise self._process_failure(exc.Get_error_class(), [None], what, 0.0) from exc
         finally:
-            watchdog.disarm(token)
+            watch.disarm()
+
+    # Bound native collectives: for the call-shape cache (``pccl_torch.calls``), MPI's blocking collective on
+    # host tensors of one size and dtype as a single callable ``run(a, b) -> a`` (``a`` the buffer or output,
+    # ``b`` the input), everything that does not change between the calls of one shape (datatype, op, watch,
+    # and the MPI message of the last address seen) decided once. None where the general path must run
+    # (polled waits, dtypes MPI does not reduce).
+    def bind_all_reduce(self, dtype: torch.dtype, nbytes: int, op: ReduceOp) -> BoundNative | None:
+        """In-place all-reduce of a host tensor of ``dtype`` and ``nbytes``."""
+        if self._size == 1:
+            return _unchanged
+        if not self.blocking or dtype not in _MPI_TYPES:
+            return None
+        watch, allreduce, datatype, mpi_op = (self._watch("MPI's native all-reduce"), self.comm.Allreduce,
+                                              _MPI_TYPES[dtype], _MPI_OPS[op])
+        last: list = [None, None]  # the buffer's address, its message
+
+        def run(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
+            address = tensor.data_ptr()
+            if address != last[0]:
+                last[0], last[1] = address, [MPI.buffer.fromaddress(address, nbytes), datatype]
+            watch.since = time.perf_counter()
+            try:
+                allreduce(MPI.IN_PLACE, last[1], mpi_op)
+            except MPI.Exception as exc:
+                raise self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0) from exc
+            finally:
+                watch.since = 0.0
+            return tensor
+
+        return run
+
+    def bind_all_gather(self, nbytes: int) -> BoundNative | None:
+        """All-gather of ``nbytes`` from each rank's host input into the output; an input of None is this
+        rank's block of the output already (MPI's ``IN_PLACE``)."""
+        if not self.blocking or self._size == 1:
+            return None
+        watch, allgather, total = self._watch("MPI's native all-gather"), self.comm.Allgather, nbytes * self._size
+        last: list = [None, None, None, None]  # output address, its buffer, input address, its buffer
+
+        def run(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
+            address = out.data_ptr()
+            if address != last[0]:
+                last[0], last[1] = address, MPI.buffer.fromaddress(address, total)
+            if inp is None:
+                send = MPI.IN_PLACE
+            else:
+                address = inp.data_ptr()
+                if address != last[2]:
+                    last[2], last[3] = address, MPI.buffer.fromaddress(address, nbytes)
+                send = last[3]
+            watch.since = time.perf_counter()
+            try:
+                allgather(send, last[1])
+            except MPI.Exception as exc:
+                raise self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0) from exc
+            finally:
+                watch.since = 0.0
+            return out
+
+        return run
+
+    def bind_reduce_scatter(self, dtype: torch.dtype, nbytes: int, op: ReduceOp) -> BoundNative | None:
+        """Reduce-scatter of a host input of ``nbytes`` (every rank's blocks) into an output in other memory."""
+        if not self.blocking or self._size == 1 or dtype not in _MPI_TYPES:
+            return None
+        watch, call, datatype, mpi_op = (self._watch("MPI's native reduce-scatter"), self.comm.Reduce_scatter_block,
+                                         _MPI_TYPES[dtype], _MPI_OPS[op])
+        block = nbytes // self._size
+        last: list = [None, None, None, None]  # input address, its message, output address, its message
+
+        def run(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+            address = inp.data_ptr()
+            if address != last[0]:
+                last[0], last[1] = address, [MPI.buffer.fromaddress(address, nbytes), datatype]
+            address = out.data_ptr()
+            if address != last[2]:
+                last[2], last[3] = address, [MPI.buffer.fromaddress(address, block), datatype]
+            watch.since = time.perf_counter()
+            try:
+                call(last[1], last[3], mpi_op)
+            except MPI.Exception as exc:
+                raise self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0) from exc
+            finally:
+                watch.since = 0.0
+            return out
+
+        return run
 
     def _complete_collective(self, request: "MPI.Request", what: str, nbytes: int) -> None:
         self._complete([request], [None], what, nbytes)

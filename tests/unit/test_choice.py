@@ -56,11 +56,28 @@ def test_networked_non_power_of_two_nodes_reduce_over_the_ring() -> None:
     assert choice.plan(three, "all_reduce", None, 4 << 10, torch.float32).name == "mpi"
 
 
-def test_emulated_nodes_on_one_host_never_take_the_networked_rule() -> None:
+@pytest.mark.parametrize("device, native", [("cpu", "mpi"), ("cuda", "vendor")])
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce"])
+@pytest.mark.parametrize("world, local", [(2, 2), (4, 2), (6, 3), (5, 1)])
+def test_one_machine_runs_the_native_library_flat(collective, device, native, world, local) -> None:
+    """Emulated nodes sharing one host's memory (and a single node) never pay for a hierarchy: every size runs
+    the native library's own collective (MPI for CPU tensors, NCCL through torch.distributed for CUDA)."""
     choice = Choice(overrides={})
-    assert not choice.plan(comm(hosts=1), "all_gather", None, 64 << 20, torch.float32).pipelined
-    assert choice.plan(comm(hosts=1), "all_gather", None, 64 << 20, torch.float32).name == \
-        heuristic.choose("all_gather", 64 << 20, Topology(0, 4, 2, 1))
+    one_host = comm(hosts=1, world=world, local=local, device=device)
+    for nbytes in (0, 1024, 512 << 10, 4 << 20, 64 << 20):
+        assert choice.plan(one_host, collective, None, nbytes, torch.float32).name == native
+
+
+def test_one_chunk_of_pipeline_runs_unpipelined() -> None:
+    """pccl's own choice never runs a pipeline of one chunk (nothing to overlap): its unpipelined form instead;
+    a pipelined plan the user names keeps its name."""
+    choice = Choice(overrides={})
+    networked = comm(hosts=2)
+    one_chunk = choice.plan(networked, "all_gather", None, heuristic.NETWORK_PIPELINE_FROM, torch.float32)
+    assert pipeline_chunks("all_gather", heuristic.NETWORK_PIPELINE_FROM, 2, 2, None) == 1
+    assert one_chunk.name == "hier:mpi" and not one_chunk.pipelined
+    named = choice.plan(networked, "all_gather", "hier:pipelined", heuristic.NETWORK_PIPELINE_FROM, torch.float32)
+    assert named.name == "hier:pipelined"
 
 
 def test_explicit_and_pccl_algo_come_first() -> None:

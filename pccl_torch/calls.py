@@ -1,0 +1,205 @@
+"""The call-shape cache: validate, choose and bind once per call shape, then run.
+
+A training job repeats a few call shapes (collective, dtype, sizes, op, algorithm, compression, async) thousands of
+times. The first call of a shape validates every argument, chooses the plan (``pccl_torch.choice``) and binds a
+:class:`BoundCall`: the plan, the body that runs it on these sizes (for a flat MPI plan, the transport's bound
+native collective: ``MPITransport.bind_*``), the counter entry and, with checking on, the signature the ranks agree
+on. Later calls of the shape check only what can differ between calls of one shape (device, contiguity and, in
+the API, aliasing) and call the bound object. This is what NCCL does with its per-communicator plans, and what
+the ``persistent`` collectives of MPI 4 do for one buffer.
+
+The cache lives on the communicator (``Communicator.calls``), is bounded (:data:`MAX_SHAPES`: a program with
+ever-new sizes starts over), and goes with it. A plan online tuning has not decided yet is not cached: its
+calls choose anew each time, as the tuner wants.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from time import perf_counter
+
+import torch
+
+from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError, PcclTimeoutError, Stalled
+from pccl_torch.ops import ReduceOp, Reduction
+from pccl_torch.plan import Plan
+from pccl_torch.signature import Signature, agree
+from pccl_torch.transport.mpi import MPITransport
+from pccl_torch.triton_kernels import scale_
+from pccl_torch.work import Work
+
+MAX_SHAPES = 4096
+"""Bound calls per communicator before the cache starts over."""
+
+Body = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+"""What a bound call runs: ``body(a, b)`` with ``a`` the buffer (all-reduce) or output, ``b`` the input (None for
+an all-reduce, or for an all-gather whose input is this rank's block of the output)."""
+
+
+class BoundCall:
+    """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
+
+    __slots__ = ("comm", "plan", "body", "nbytes", "entry", "async_op", "signature", "__weakref__")
+
+    def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
+        self.comm = comm
+        self.plan = plan
+        self.body = body
+        self.nbytes = nbytes
+        """The caller's buffer bytes a call moves (what ``stats()`` counts)."""
+        self.async_op = async_op
+        self.entry = comm.stats.entry(plan)
+        """This plan's counters (``[calls, bytes, seconds]``), updated in place."""
+        self.signature = signature if comm.check or plan.probe is not None else None
+        """What the ranks agree on before each call when checking is on (None: no agreement)."""
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor | None = None) -> Work | None:
+        """Number the call, then run it now (blocking: after the queued async calls) or queue it (``async_op``).
+
+        The blocking success path allocates nothing: where ranks share cores every microsecond here is paid
+        several times over by the ranks that wait for this one."""
+        comm = self.comm
+        if comm.broken is not None:
+            raise CommunicatorBrokenError(
+                f"this pccl communicator is broken by an earlier failure and cannot run collectives: {comm.broken}")
+        sequence = comm.sequence = comm.sequence + 1
+        executor = comm.executor
+        if self.async_op:
+            return Work(executor.submit(functools.partial(self.run, sequence, a, b)), self.plan.collective,
+                        self.plan.name)
+        if executor._last is not None:
+            executor.drain()
+        self.run(sequence, a, b)
+        return None
+
+    def run(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """Run call ``sequence``: agree on its signature (checking on), time and count it, and turn failures into
+        errors that break the communicator (a ``PcclTimeoutError`` for a peer that never answered)."""
+        comm, plan = self.comm, self.plan
+        try:
+            if self.signature is not None:
+                if comm.check:
+                    agree(comm, self.signature, sequence)
+                if plan.probe is not None:  # an online-tuning trial: timed from a common start, as pccl-bench times
+                    comm.world.barrier()
+            start = perf_counter()
+            result = self.body(a, b)
+            seconds = perf_counter() - start
+            entry = self.entry
+            entry[0] += 1
+            entry[1] += self.nbytes
+            entry[2] += seconds
+            if plan.probe is not None:
+                plan.probe(seconds)
+            return result
+        except PcclMismatchError:
+            raise  # found before any data moved: the communicator is still sound
+        except Stalled as exc:
+            error = PcclTimeoutError(plan.collective, sequence, plan.name, comm.topology.rank, exc)
+            comm.mark_broken(error)
+            raise error from exc
+        except Exception as exc:
+            comm.mark_broken(PcclError(f"pccl {plan.collective} #{sequence} ({plan.name}) failed: {exc}"))
+            raise
+
+
+def remember(comm, key: tuple, bound: BoundCall) -> BoundCall:
+    """Keep ``bound`` for the calls of ``key`` (bounded: the cache starts over when full)."""
+    calls = comm.calls
+    if len(calls) >= MAX_SHAPES:
+        calls.clear()
+    calls[key] = bound
+    return bound
+
+
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor as 1-D (itself when it already is: ``view(-1)`` costs ~2.5 us a call)."""
+    return tensor if tensor.dim() == 1 else tensor.view(-1)
+
+
+def _native_world(comm, plan: Plan) -> MPITransport | None:
+    """The MPI transport a plan runs MPI's own flat collective on, for host tensors (else None)."""
+    if plan.name != "mpi" or comm.device.type != "cpu" or not isinstance(comm.world, MPITransport):
+        return None
+    return comm.world
+
+
+def all_reduce_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, nbytes: int) -> Body:
+    """The body of an all-reduce of ``nbytes`` of ``dtype`` with ``reduction`` under ``plan``."""
+    world = _native_world(comm, plan)
+    native = world.bind_all_reduce(dtype, nbytes, reduction.combine) if world is not None else None
+    pre_scale, divide = reduction.pre_scale, reduction.divide_by_world
+    if native is not None and pre_scale is None and not divide:
+        return native  # the common case: MPI's own call, nothing around it
+    combine, world_size = reduction.combine, comm.topology.world_size
+
+    def body(tensor: torch.Tensor, _: torch.Tensor | None) -> torch.Tensor:
+        buf = _flat(tensor)
+        if pre_scale is not None:
+            scale_(buf, pre_scale)
+        if native is not None:
+            native(buf, None)
+        else:
+            plan.run_all_reduce(comm, buf, combine)
+        if divide:
+            scale_(buf, 1.0 / world_size)
+        return tensor
+
+    return body
+
+
+def all_gather_body(comm, plan: Plan, nbytes: int) -> Body:
+    """The body of an all-gather into an output of ``nbytes`` under ``plan``; an input of None: in place."""
+    world = _native_world(comm, plan)
+    native = world.bind_all_gather(nbytes // comm.topology.world_size) if world is not None else None
+    if native is not None:
+        return native
+    rank, world_size = comm.topology.rank, comm.topology.world_size
+
+    def body(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
+        flat_out = _flat(out)
+        if inp is None:
+            block = flat_out.numel() // world_size
+            inp = flat_out[rank * block:][:block]
+        plan.run_all_gather(comm, flat_out, _flat(inp))
+        return out
+
+    return body
+
+
+def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, nbytes: int) -> Body:
+    """The body of a reduce-scatter of an input of ``nbytes`` of ``dtype`` with ``reduction`` under ``plan``;
+    an output that overlaps the input gets its result through a temporary."""
+    world = _native_world(comm, plan)
+    native = world.bind_reduce_scatter(dtype, nbytes, reduction.combine) if world is not None else None
+    pre_scale, divide = reduction.pre_scale, reduction.divide_by_world
+    combine, world_size = reduction.combine, comm.topology.world_size
+    out_bytes = nbytes // world_size
+
+    def body(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+        o, i = out.data_ptr(), inp.data_ptr()
+        target = torch.empty_like(out) if out_bytes and o < i + nbytes and i < o + out_bytes else out
+        if pre_scale is not None:
+            inp = scale_(_flat(inp).clone(), pre_scale)
+        if native is not None:
+            native(target, inp)
+        else:
+            plan.run_reduce_scatter(comm, _flat(inp), _flat(target), combine)
+        if divide:
+            scale_(target, 1.0 / world_size)
+        if target is not out:
+            out.copy_(target)
+        return out
+
+    if native is not None and pre_scale is None and not divide:
+        def direct(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+            o, i = out.data_ptr(), inp.data_ptr()
+            return body(out, inp) if out_bytes and o < i + nbytes and i < o + out_bytes else native(out, inp)
+
+        return direct
+    return body
+
+
+def signature(plan: Plan, dtype: torch.dtype, numel: int, op: ReduceOp | None) -> Signature:
+    return Signature(plan.collective, plan.name, dtype, numel, op.value if op else "none")
