@@ -1,19 +1,41 @@
-"""The generated parts of the docs' configuration page: every ``PCCL_*`` variable and every command-line flag.
+"""The generated parts of the docs: every ``PCCL_*`` variable, every command-line flag, the shipped selector
+profile's range.
 
-Used as a MkDocs hook (``hooks:`` in ``mkdocs.yml``): a page line ``<!-- generated: environment -->`` or
-``<!-- generated: cli -->`` is replaced at build time by a table made from ``pccl_torch.environment`` or from
-the argparse parsers of the CLIs themselves, so the reference cannot drift from the code. Run as a script it
-prints both.
+A page holds each generated part between ``<!-- generated: NAME -->`` and ``<!-- end generated -->`` lines,
+rendered into the committed Markdown, so the pages read right in the repository too. ``--write`` renders every
+part again from the code (``pccl_torch.environment``, the argparse parsers of the tools, the shipped profile's
+metadata); ``--check`` exits 1 when a page differs from what the code gives now (``tests/unit/test_docs.py``
+runs it, so the pages cannot drift). As a MkDocs hook (``hooks:`` in ``mkdocs.yml``) it renders the parts of
+each page as the site is built.
+
+    python scripts/docs_reference.py --write
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MARKER = "<!-- generated: {} -->"
+DOCS = REPO / "docs"
+REGION = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->\n.*?^<!-- end generated -->$", re.DOTALL | re.MULTILINE)
+UNDOCUMENTED_ENVIRONMENT = ("LOCAL_RANK", "PCCL_MACHINES_DIR")
+"""Variables that change the parsers' defaults or choices (the machine profiles listed): unset while generating."""
+
+
+@contextlib.contextmanager
+def _documented_environment() -> Iterator[None]:
+    """The process environment without :data:`UNDOCUMENTED_ENVIRONMENT`, so that the text is the same anywhere."""
+    saved = {name: os.environ.pop(name) for name in UNDOCUMENTED_ENVIRONMENT if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _cell(text: str) -> str:
@@ -104,24 +126,82 @@ def cli_reference() -> str:
     return "\n".join(lines).rstrip()
 
 
-GENERATORS: dict[str, Callable[[], str]] = {"environment": environment_table, "cli": cli_reference}
+def _span(bounds: list[float], unit: str) -> str:
+    """``[1, 6]`` (log2 bounds) -> ``2 to 64 ranks``."""
+    low, high = (int(2 ** bound) for bound in bounds)
+    return f"{low} {unit}" if low == high else f"{low} to {high} {unit}"
 
 
-def expand(markdown: str) -> str:
-    """``markdown`` with every generated-section marker replaced by its table."""
-    for name, generate in GENERATORS.items():
-        marker = MARKER.format(name)
-        if marker in markdown:
-            markdown = markdown.replace(marker, generate())
-    return markdown
+def _size(log2_bytes: float) -> str:
+    from pccl_torch.units import format_size
+
+    return format_size(int(2 ** log2_bytes))
+
+
+def shipped_profile() -> str:
+    """What the shipped selector profile was trained on, from its metadata (``configs/selector/default.json``)."""
+    from pccl_torch.selector.runtime import SHIPPED
+
+    meta = json.loads(SHIPPED.read_text())["metadata"]
+    ranges = meta["feature_ranges"]
+    powers = {name: " (powers of two)" if ranges[name] == [1.0, 1.0] else "" for name in
+              ("ranks_power_of_two", "nodes_power_of_two")}
+    elements = " or ".join(f"{size}-byte" for size in meta["dtype_sizes"])
+    ratios = " or ".join(f"{2 ** ratio:g}" for ratio in meta["link_features"])
+    return (f"The shipped profile (`{SHIPPED.relative_to(REPO)}`, trained on {meta['machine']} "
+            f"{meta['date'][:10]}) covers {_span(ranges['log2_ranks'], 'ranks')}{powers['ranks_power_of_two']} as "
+            f"{_span(ranges['log2_nodes'], 'nodes')}{powers['nodes_power_of_two']} of "
+            f"{_span(ranges['log2_local_size'], 'ranks')}, {elements} elements, and links whose intra- over inter-node "
+            f"bandwidth ratio is {ratios} (1: the nodes share one machine); sizes from "
+            f"{_size(ranges['log2_bytes'][0])} to {_size(ranges['log2_bytes'][1])} are trained, others are decided as "
+            "the nearest of them. A call of another layout, element size or link ratio warns.")
+
+
+GENERATORS: dict[str, Callable[[], str]] = {"environment": environment_table, "cli": cli_reference,
+                                            "shipped-profile": shipped_profile}
+
+
+def _render(name: str) -> str:
+    """The generated part ``name``, as the code gives it now."""
+    if name not in GENERATORS:
+        raise ValueError(f"unknown generated part {name!r}; known: {', '.join(GENERATORS)}")
+    with _documented_environment():
+        return GENERATORS[name]().strip()
+
+
+def expand(markdown: str, *, markers: bool = True) -> str:
+    """``markdown`` with every generated part rendered from the code as it is now; without ``markers``, the
+    marker lines are left out (the built site)."""
+    def render(region: re.Match[str]) -> str:
+        text = _render(region["name"])
+        return f"<!-- generated: {region['name']} -->\n\n{text}\n\n<!-- end generated -->" if markers else text
+
+    return REGION.sub(render, markdown)
+
+
+def stale_pages() -> list[Path]:
+    """The pages whose generated parts differ from what the code gives now."""
+    return [page for page in sorted(DOCS.rglob("*.md")) if expand(text := page.read_text()) != text]
 
 
 def on_page_markdown(markdown: str, **_: object) -> str:
-    """MkDocs hook: expand the markers of every page."""
-    return expand(markdown)
+    """MkDocs hook: render the generated parts of every page, without their markers."""
+    return expand(markdown, markers=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Render the generated parts of docs/*.md from the code.")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="rewrite the pages whose generated parts are stale")
+    action.add_argument("--check", action="store_true", help="exit 1 naming the pages whose generated parts are stale")
+    args = parser.parse_args(argv)
+    stale = stale_pages()
+    for page in stale:
+        if args.write:
+            page.write_text(expand(page.read_text()))
+        print(f"{'rewrote' if args.write else 'stale'}: {page.relative_to(REPO)}")
+    return 1 if stale and args.check else 0
 
 
 if __name__ == "__main__":
-    print(environment_table())
-    print()
-    print(cli_reference())
+    sys.exit(main())

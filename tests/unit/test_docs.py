@@ -66,12 +66,40 @@ def test_site_builds_strict_and_covers_every_required_page(site: Path) -> None:
         assert (site / page.removesuffix(".md") / "index.html").exists(), f"{page} was not built"
 
 
-def test_configuration_page_lists_every_variable_and_flag(site: Path) -> None:
+def _docs_reference():
+    """``scripts/docs_reference.py``, the generator of the pages' generated parts."""
     sys.path.insert(0, str(REPO / "scripts"))
     try:
         import docs_reference
     finally:
         sys.path.pop(0)
+    return docs_reference
+
+
+def test_generated_parts_of_the_pages_are_current() -> None:
+    stale = _docs_reference().stale_pages()
+    assert stale == [], f"generated parts differ from the code in {stale}: python scripts/docs_reference.py --write"
+
+
+def test_the_committed_configuration_page_holds_its_tables() -> None:
+    """Read in the repository (not the built site), the page shows every variable and tool, not a placeholder."""
+    from pccl_torch.environment import VARIABLES
+
+    text = (DOCS / "configuration.md").read_text()
+    for variable in VARIABLES:
+        assert f"| `{variable.name}` |" in text, f"{variable.name} has no row in docs/configuration.md"
+    for tool in ("pccl-bench", "pccl-tune", "pccl-sim", "pccl-testbed"):
+        assert f"### `{tool}`" in text, f"{tool} has no section in docs/configuration.md"
+
+
+def test_troubleshooting_states_the_shipped_profile_s_metadata() -> None:
+    text = (DOCS / "troubleshooting.md").read_text()
+    assert _docs_reference().shipped_profile() in text
+    assert "1 to 8 nodes" not in text  # the profile was trained on 2 to 8 nodes
+
+
+def test_configuration_page_lists_every_variable_and_flag(site: Path) -> None:
+    docs_reference = _docs_reference()
     from pccl_torch.environment import VARIABLES
 
     html = (site / "configuration" / "index.html").read_text()
