@@ -26,11 +26,17 @@ The group has a name (``group_name``), so DeviceMesh and the functional collecti
 from __future__ import annotations
 
 import datetime
+import functools
+import importlib
 import logging
+import os
+import socket
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlparse
 
 import torch
 import torch.distributed as dist
@@ -38,11 +44,13 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from pccl_torch import api, failure_notice
 from pccl_torch.choice import attach
-from pccl_torch.communicator import Communicator, checking_from_env, over_torch
-from pccl_torch.launcher import group_over, topology_from_store, transport_for
+from pccl_torch.communicator import Communicator, _free_port, checking_from_env, over_torch
+from pccl_torch.launcher import LaunchError, group_over, mpi_world, topology_from_store, transport_for
+from pccl_torch.ops import _FLOAT_ONLY, SUPPORTED_DTYPES, ReduceOp, Reduction, premul_sum
 from pccl_torch.topology import Topology, TopologyError, detect, ranks_on_this_machine
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
+from pccl_torch.validation import overlaps
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,29 @@ DELEGATED = {
     "send": "send", "recv": "recv", "recv_anysource": "recv_anysource", "gather": "gather",
     "scatter": "scatter", "reduce": "reduce", "allgather_coalesced": "allgather_coalesced",
 }
+
+
+_BYPASSES_LOGGED: set[str] = set()
+"""Kinds of call already logged as handed to the vendor library (one debug line per kind and process)."""
+
+
+class _Unserved(ValueError):
+    """pccl does not implement this call; the message names the kind (``dtype uint8``, ``op BAND``, ...)."""
+
+
+def _falls_back(method: Callable) -> Callable:
+    """``method`` of :class:`PcclProcessGroup`, made a drop-in: a call it finds pccl does not implement (it raises
+    :class:`_Unserved` before anything is sent) goes unchanged to the vendor group's method of the same name."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _Unserved as unserved:
+            return self._to_vendor(name, *args, kind=str(unserved), **kwargs)
+
+    return call
 
 
 def _completed(tensor_or_none=None) -> dist.Work:
@@ -73,6 +104,13 @@ def _as_work(work: api.Work | None, result: object, then: Callable[[], object] |
     if then is not None:
         future = future.then(lambda f: (f.value(), then())[0])
     return _create_work_from_future(future)
+
+
+def _all_of(works: Sequence[dist.Work], result: object) -> dist.Work:
+    """One Work completing when every one of ``works`` has (they may come from pccl and the vendor group)."""
+    if len(works) == 1:
+        return works[0]
+    return _create_work_from_future(torch.futures.collect_all([w.get_future() for w in works]).then(lambda _: result))
 
 
 _LIVE_GROUPS: weakref.WeakSet[PcclProcessGroup] = weakref.WeakSet()
@@ -134,14 +172,33 @@ class PcclProcessGroup(dist.ProcessGroup):
             self._served = _pccl_devices(config)
         return self._served
 
+    def comm_for(self, device: torch.device) -> Communicator:
+        """The group's communicator for tensors on ``device``: CPU's, built with the group, or CUDA's, built at its
+        first use (collective: every member makes that first CUDA call, as NCCL builds its communicators)."""
+        comm = self._comms.get(device.type)
+        if comm is None:
+            if device.type != "cuda":
+                raise ValueError(f"pccl runs on cpu and cuda tensors, not on {device.type} tensors")
+            comm = self._comms[device.type] = _build_communicator(self._setup, device, self._vendor(device.type))
+        return comm
+
     def _pccl_for(self, *tensors: torch.Tensor) -> Communicator | None:
         """The communicator for these tensors' device, or None when pccl does not serve that device."""
         kind = _device_type(tensors)
         if kind not in self.served_devices():
             return None
-        if kind not in self._comms:  # CUDA: every member makes this first CUDA call, so building is collective
-            self._comms[kind] = _build_communicator(self._setup, tensors[0].device, self._vendor(kind))
-        return self._comms[kind]
+        return self.comm_for(tensors[0].device)
+
+    def _route(self, tensors: Sequence[torch.Tensor]) -> Communicator:
+        """pccl's communicator for a call on ``tensors``; :class:`_Unserved` when pccl does not take them (a device
+        the group's map gives to another library, a dtype, layout or memory layout pccl's API rejects)."""
+        comm = self._pccl_for(*tensors)
+        if comm is None:
+            raise _Unserved(f"device {tensors[0].device.type}")
+        unsupported = _unsupported(tensors)
+        if unsupported is not None:
+            raise _Unserved(unsupported)
+        return comm
 
     def _vendor(self, kind: str) -> dist.ProcessGroup:
         """The vendor group for a device type: gloo for CPU, NCCL for CUDA (gloo when NCCL is missing)."""
@@ -154,9 +211,15 @@ class PcclProcessGroup(dist.ProcessGroup):
                 self._vendors[kind] = self._vendors["cpu"]
         return self._vendors[kind]
 
-    def _to_vendor(self, method: str, *args, target: str | None = None, **kwargs):
-        """Hand ``method`` (counted under that name) to the vendor group of its tensors' device, as ``target``."""
-        self.delegated[method] += 1
+    def _to_vendor(self, method: str, *args, target: str | None = None, kind: str | None = None, **kwargs):
+        """Hand ``method`` to the vendor group of its tensors' device, as ``target``; counted under ``method``, or
+        ``"method:kind"`` for a call pccl routes but does not implement (logged once per kind at debug level)."""
+        key = method if kind is None else f"{method}:{kind}"
+        self.delegated[key] += 1
+        if kind is not None and key not in _BYPASSES_LOGGED:
+            _BYPASSES_LOGGED.add(key)
+            log.debug("pccl hands %s with %s to the vendor library (pccl does not implement it); such calls are "
+                      "counted in pccl_torch.stats(group)['bypassed'][%r]", method, kind, key)
         tensor = next(_tensors_in(args), None)
         vendor = self._vendor(tensor.device.type if tensor is not None else "cpu")
         return getattr(vendor, target or method)(*args, **kwargs)
@@ -193,43 +256,47 @@ class PcclProcessGroup(dist.ProcessGroup):
         return f"PcclProcessGroup(rank={t.rank}, size={t.world_size}, {t.num_nodes} nodes x {t.local_size})"
 
     # -- all-reduce -------------------------------------------------------------------------------------
-    def allreduce(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.AllreduceOptions()
-        comm = self._pccl_for(*tensors)
-        if comm is None:
-            return self._to_vendor("allreduce", tensors, opts)
-        works = [api.all_reduce(t, opts.reduceOp, async_op=True, comm=comm) for t in tensors]
+    def _all_reduce(self, tensors: Sequence[torch.Tensor], reduce_op: dist.ReduceOp) -> dist.Work:
+        comm = self._route(tensors)
+        op = pccl_reduce_op(reduce_op, tensors[0].dtype)
+        works = [api.all_reduce(t, op, async_op=True, comm=comm) for t in tensors]
         return _as_work(works[-1], tensors)  # issued in order: the last one completes last
 
+    @_falls_back
+    def allreduce(self, tensors, opts=None):
+        return self._all_reduce(tensors, opts.reduceOp if opts is not None else _TORCH_SUM)
+
+    @_falls_back
     def allreduce_coalesced(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
-        return self.allreduce(tensors, opts)
+        return self._all_reduce(tensors, opts.reduceOp if opts is not None else _TORCH_SUM)
 
     # -- all-gather -------------------------------------------------------------------------------------
+    @_falls_back
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's signature
-        comm = self._pccl_for(output, input)
-        if comm is None:
-            return self._to_vendor("_allgather_base", output, input)
+        comm = self._route((output, input))
+        if overlaps(output, input) and not _is_slice_of(input, output, self._rank):
+            raise _Unserved("overlapping buffers")
         return _as_work(api.all_gather_into_tensor(output, input, async_op=True, comm=comm), output)
 
     all_gather_single = _allgather_base
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i) for o, i in zip(outputs, inputs, strict=True)]
-        return works[-1]
+        return _all_of(works, outputs)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
+    @_falls_back
     def allgather(self, output_lists, inputs, opts=None):
         """List form: ``output_lists[0][r]`` receives rank r's ``inputs[0]``."""
         if len(inputs) != 1 or len(output_lists) != 1:
-            raise ValueError("pccl supports one tensor per rank in all_gather (multi-device lists are not supported)")
+            raise _Unserved("several tensors per rank")
         outputs, inp = output_lists[0], inputs[0]
-        comm = self._pccl_for(inp, *outputs)
-        if comm is None:
-            return self._to_vendor("allgather", output_lists, inputs)
+        comm = self._route((inp, *outputs))
+        if len(outputs) != self._size or any(out.numel() != inp.numel() for out in outputs):
+            raise _Unserved("uneven sizes")
         flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
-        work = api.all_gather_into_tensor(flat, inp.contiguous(), async_op=True, comm=comm)
+        work = api.all_gather_into_tensor(flat, inp, async_op=True, comm=comm)
 
         def copy_out() -> None:
             for out, chunk in zip(outputs, flat.view(self._size, -1)):
@@ -238,32 +305,32 @@ class PcclProcessGroup(dist.ProcessGroup):
         return _as_work(work, output_lists, then=copy_out)
 
     # -- reduce-scatter ---------------------------------------------------------------------------------
+    @_falls_back
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's signature
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
-        comm = self._pccl_for(output, input)
-        if comm is None:
-            return self._to_vendor("_reduce_scatter_base", output, input, opts)
-        return _as_work(api.reduce_scatter_tensor(output, input, opts.reduceOp, async_op=True, comm=comm), output)
+        comm = self._route((output, input))
+        op = pccl_reduce_op(opts.reduceOp if opts is not None else _TORCH_SUM, input.dtype)
+        return _as_work(api.reduce_scatter_tensor(output, input, op, async_op=True, comm=comm), output)
 
     reduce_scatter_single = _reduce_scatter_base
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return works[-1]
+        return _all_of(works, outputs)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
+    @_falls_back
     def reduce_scatter(self, outputs, input_lists, opts=None):
         """List form: ``outputs[0]`` receives the reduction of every rank's ``input_lists[0][rank]``."""
         if len(outputs) != 1 or len(input_lists) != 1:
-            raise ValueError("pccl supports one tensor per rank in reduce_scatter (multi-device lists are not supported)")
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+            raise _Unserved("several tensors per rank")
         out, parts = outputs[0], input_lists[0]
-        comm = self._pccl_for(out, *parts)
-        if comm is None:
-            return self._to_vendor("reduce_scatter", outputs, input_lists, opts)
+        comm = self._route((out, *parts))
+        if len(parts) != self._size or any(part.numel() != out.numel() for part in parts):
+            raise _Unserved("uneven sizes")
+        op = pccl_reduce_op(opts.reduceOp if opts is not None else _TORCH_SUM, out.dtype)
         flat = torch.cat([p.reshape(-1) for p in parts])
-        return _as_work(api.reduce_scatter_tensor(out, flat, opts.reduceOp, async_op=True, comm=comm), outputs)
+        return _as_work(api.reduce_scatter_tensor(out, flat, op, async_op=True, comm=comm), outputs)
 
 
 def _delegate(name: str, target: str):
@@ -286,6 +353,60 @@ def _tensors_in(args) -> Iterator[torch.Tensor]:
             yield arg
         elif isinstance(arg, (list, tuple)):
             yield from _tensors_in(arg)
+
+
+_PCCL_DTYPES = frozenset(SUPPORTED_DTYPES)
+_TORCH_SUM = dist.ReduceOp.SUM
+_PCCL_OPS = {getattr(dist.ReduceOp, op.name).value: op for op in ReduceOp}
+"""torch's reduce ops pccl implements, by their RedOpType's value (a RedOpType hashes slowly: ~1.6 us)."""
+
+
+def _unsupported(tensors: Sequence[torch.Tensor]) -> str | None:
+    """What among ``tensors`` pccl's API would reject (``dtype uint8``, ``mixed dtypes``, ``layout ...``,
+    ``non-contiguous``), or None: the few attribute reads of the hot path, before anything is sent."""
+    dtype = tensors[0].dtype
+    if dtype not in _PCCL_DTYPES:
+        return f"dtype {str(dtype).removeprefix('torch.')}"
+    for tensor in tensors:
+        if tensor.dtype is not dtype:
+            return "mixed dtypes"
+        if tensor.layout is not torch.strided:
+            return f"layout {str(tensor.layout).removeprefix('torch.')}"
+        if not tensor.is_contiguous():
+            return "non-contiguous"
+    return None
+
+
+def pccl_reduce_op(reduce_op: Any, dtype: torch.dtype) -> ReduceOp | Reduction:
+    """pccl's form of torch's ``reduce_op`` (a ``dist.ReduceOp`` or its ``RedOpType``) on ``dtype``: the
+    backend and the FSDP hooks pass it to pccl's API. ``ValueError`` (:class:`_Unserved`, naming the op) where
+    pccl does not define it: BAND/BOR/BXOR, AVG and PREMUL_SUM on integers."""
+    if reduce_op == _TORCH_SUM:  # the common case: one comparison
+        return ReduceOp.SUM
+    kind = getattr(reduce_op, "op", reduce_op)
+    ours = _PCCL_OPS.get(kind.value)
+    if ours is None:
+        raise _Unserved(f"op {kind.name}")
+    if ours in _FLOAT_ONLY and not dtype.is_floating_point:
+        raise _Unserved(f"op {kind.name} on {str(dtype).removeprefix('torch.')}")
+    if ours is ReduceOp.PREMUL_SUM:
+        return premul_sum(_premul_factor(reduce_op))
+    return ours
+
+
+def _premul_factor(reduce_op: dist.ReduceOp) -> float | torch.Tensor:
+    """The factor of torch's PREMUL_SUM op (``dist._make_nccl_premul_sum(f)``), read from its pickled state,
+    ``(RedOpType, factor)``, which torch's ReduceOp has long had: its ``factor`` property is recent (the GPU
+    run's torch 2.11 had none, and the op failed with "ReduceOp.PREMUL_SUM needs a factor")."""
+    factor = reduce_op.__getstate__()[1]
+    if factor is None:
+        raise ValueError("a PREMUL_SUM ReduceOp without a factor: build it with dist._make_nccl_premul_sum(factor)")
+    return factor
+
+
+def _is_slice_of(inp: torch.Tensor, output: torch.Tensor, rank: int) -> bool:
+    """Whether ``inp`` is block ``rank`` of ``output`` (the in-place all-gather pccl's API accepts)."""
+    return inp.data_ptr() == output.data_ptr() + rank * inp.numel() * inp.element_size()
 
 
 def _device_type(tensors: tuple[torch.Tensor, ...]) -> str:
@@ -371,9 +492,62 @@ def create_process_group(opts, backend_options=None) -> PcclProcessGroup:
 
 
 def register() -> None:
-    """Register ``pccl`` with torch.distributed (idempotent)."""
+    """Register ``pccl`` with torch.distributed, and MPI launches with torch's ``env://`` rendezvous (idempotent)."""
     if BACKEND_NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND_NAME, create_process_group, extended_api=True, devices=["cpu", "cuda"])
+    _complete_env_rendezvous_from_mpi()
+
+
+MPI_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK")
+"""Set in every rank of an MPI launch (MPICH/Hydra and Slurm's PMI, PMIx, Open MPI): read before MPI is touched."""
+
+
+def _complete_env_rendezvous_from_mpi() -> None:
+    """Make torch's ``env://`` rendezvous (``init_process_group`` without ``init_method``) work under ``mpiexec``
+    as under torchrun: without ``RANK``, an MPI launch's ranks take rank and world size from MPI and agree on
+    the address (:func:`_mpi_endpoint`). With ``RANK`` set (torchrun, DeepSpeed, accelerate) nothing changes."""
+    # ``torch.distributed.rendezvous`` is also the name of a function there: take the module itself.
+    handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
+    if getattr(handlers.get("env"), "__pccl_wraps__", None) is None:
+        handlers["env"] = _mpi_completed_env_handler(handlers["env"], handlers["tcp"])
+
+
+def _mpi_completed_env_handler(torch_env: Callable, torch_tcp: Callable) -> Callable:
+    """torch's ``env://`` handler, or under an MPI launch with no ``RANK`` its ``tcp://`` handler at the address
+    the ranks agreed on over MPI, with MPI's rank and world size."""
+
+    def handler(url: str, **kwargs):
+        query = dict(parse_qsl(urlparse(url).query))
+        if "rank" in query or os.environ.get("RANK", "").strip() or not _mpi_launched():
+            return torch_env(url, **kwargs)
+        rank, size = mpi_world()
+        if query.setdefault("world_size", str(size)) != str(size):
+            raise LaunchError(f"init_process_group(world_size={query['world_size']}) under an MPI launch of {size} ranks")
+        addr, port = _mpi_endpoint()
+        return torch_tcp(f"tcp://{addr}:{port}?{urlencode({**query, 'rank': rank})}", **kwargs)
+
+    handler.__pccl_wraps__ = torch_env  # type: ignore[attr-defined]
+    return handler
+
+
+def _mpi_launched() -> bool:
+    """Whether an MPI launcher started this process with others (its rank variable is set)."""
+    return any(os.environ.get(name, "").strip() for name in MPI_RANK_VARIABLES)
+
+
+def _mpi_endpoint() -> tuple[str, int]:
+    """The torch.distributed store's address, agreed over ``MPI.COMM_WORLD`` (collective): rank 0's
+    ``MASTER_ADDR``/``MASTER_PORT`` where set, else 127.0.0.1 when every rank runs on rank 0's host (its
+    host name otherwise) and a port free on rank 0."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    hosts = world.allgather(socket.gethostname())
+    endpoint = None
+    if world.Get_rank() == 0:
+        addr = os.environ.get("MASTER_ADDR") or ("127.0.0.1" if len(set(hosts)) == 1 else hosts[0])
+        endpoint = (addr, int(os.environ.get("MASTER_PORT") or _free_port()))
+    return world.bcast(endpoint, root=0)
 
 
 ROUTED = ("allreduce", "allreduce_coalesced", "_allgather_base", "allgather", "allgather_into_tensor_coalesced",
@@ -381,9 +555,11 @@ ROUTED = ("allreduce", "allreduce_coalesced", "_allgather_base", "allgather", "a
 
 
 def bypassed(group: dist.ProcessGroup | None = None) -> dict[str, int]:
-    """All-gathers, reduce-scatters and all-reduces of a pccl group that went to the vendor group
-    (tensors on a device pccl does not serve); empty when every one ran through pccl."""
-    return {name: n for name, n in _pccl_group(group).delegated.items() if name in ROUTED}
+    """All-gathers, reduce-scatters and all-reduces of a pccl group that went to the vendor group, by
+    ``"method:kind"``: ``device cpu`` (a device the group's map gives to another library), ``dtype uint8``,
+    ``op BAND``, ``op AVG on int32``, ``non-contiguous``, ``uneven sizes``, ...; empty when every one ran
+    through pccl."""
+    return {key: n for key, n in _pccl_group(group).delegated.items() if key.partition(":")[0] in ROUTED}
 
 
 def communicator_of(group: dist.ProcessGroup | None) -> Communicator:
