@@ -8,6 +8,7 @@
 """
 
 from pccl_torch.api import (
+    algorithms,
     all_gather_into_tensor,
     all_gather_single,
     all_reduce,
@@ -26,7 +27,6 @@ from pccl_torch.communicator import (
 )
 from pccl_torch.counters import stats
 from pccl_torch.ops import ReduceOp, premul_sum
-from pccl_torch.plan import algorithm_names as algorithms
 from pccl_torch.topology import Topology, TopologyError
 from pccl_torch.work import Work
 

@@ -16,14 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from pccl_torch import calls
 from pccl_torch.algorithms import Collective
 from pccl_torch.choice import attach, choice_of
-from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, default_communicator,
+from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, default_communicator, is_initialized,
                                      require_uninitialized, set_default)
-from pccl_torch.ops import ReduceOp, as_reduction
-from pccl_torch.plan import Plan
+from pccl_torch.ops import ReduceOp, Reduction, as_reduction
+from pccl_torch.plan import Plan, algorithm_names, runnable_names
 from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes, check_tensor
 from pccl_torch.work import Work
 
@@ -49,6 +50,20 @@ def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nby
                        issued=issued)
 
 
+COMMUNICATOR_DEVICE = "communicator"
+"""``algorithms()``'s default device: the default communicator's."""
+
+
+def algorithms(collective: Collective, device: str | None = COMMUNICATOR_DEVICE) -> list[str]:
+    """Algorithm names of ``collective``: by default every name ``algorithm=`` accepts on the default
+    communicator's device (before ``init()``: every accepted name); ``None``: every accepted name; ``"cpu"`` or
+    ``"cuda"``: the distinct names that run on that device's tensors. A bad collective or device raises."""
+    if device != COMMUNICATOR_DEVICE:
+        return algorithm_names(collective, device)
+    names = algorithm_names(collective)
+    return runnable_names(collective, default_communicator().device.type) if is_initialized() else names
+
+
 def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | None = None,
                      dtype: torch.dtype = torch.float32, compression: str | None = None) -> str:
     """The plan ``algorithm=None`` would run for a call of ``collective`` on ``nbytes`` (full buffer), named
@@ -57,21 +72,45 @@ def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | N
     return _plan(comm, collective, None, nbytes, dtype, compression, issued=False).name
 
 
-def _bind(comm: Communicator, key: tuple, collective: Collective, algorithm: str | None, nbytes: int,
-          dtype: torch.dtype, numel: int, op: ReduceOp | None, compression: str | None, async_op: bool,
+def _bind(comm: Communicator, keys: tuple[tuple | None, ...], collective: Collective, algorithm: str | None,
+          nbytes: int, dtype: torch.dtype, numel: int, op: ReduceOp | None, compression: str | None, async_op: bool,
           body: Callable[[Plan], calls.Body]) -> calls.BoundCall:
-    """Choose the plan of a validated call and bind it (``pccl_torch.calls``); kept for the later calls of
-    ``key`` unless online tuning is still trying candidates for it."""
+    """Choose the plan of a validated call and bind it (``pccl_torch.calls``); kept under each of ``keys`` for
+    the later calls of the shape unless online tuning is still trying candidates for it."""
     choice = comm.choice if comm.choice is not None else choice_of(comm)
     plan, final = choice.bind_plan(comm, collective, algorithm, nbytes, dtype, compression)  # type: ignore[attr-defined]
     bound = calls.BoundCall(comm, plan, body(plan), nbytes, async_op, calls.signature(plan, dtype, numel, op))
-    return calls.remember(comm, key, bound) if final else bound
+    if final:
+        for key in keys:
+            if key is not None:
+                calls.remember(comm, key, bound)
+    return bound
 
 
 def _on(comm: Communicator, tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a contiguous tensor on ``comm``'s device (what a cached call shape re-checks)."""
     index = comm.cuda_index
     return tensor.is_contiguous() and (tensor.is_cpu if index < 0 else tensor.get_device() == index)
+
+
+_KEYED_OPS = frozenset((ReduceOp, Reduction, str, type(dist.ReduceOp.SUM)))
+"""Op types that may key a call shape as they are: equal values mean equal reductions. Not torch's ``ReduceOp``
+objects: every PREMUL_SUM one compares and hashes equal whatever its factor; those key by their Reduction."""
+
+
+def _lookup(comm: Communicator, key: tuple | None) -> calls.BoundCall | None:
+    """The bound call of ``key``; None for a new shape, or a key that cannot be one (an unhashable argument,
+    which the full validation then names)."""
+    try:
+        return comm.calls.get(key) if key is not None else None
+    except TypeError:
+        return None
+
+
+def _cached(comm: Communicator, key: tuple | None, *tensors: torch.Tensor) -> calls.BoundCall | None:
+    """The bound call of ``key`` when ``tensors`` pass the per-call checks of a cached shape, else None."""
+    bound = _lookup(comm, key)
+    return bound if bound is not None and all(_on(comm, t) for t in tensors) else None
 
 
 def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorithm: str | None = None,
@@ -89,7 +128,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
         bound = comm.calls.get(key)
         ready = bound is not None and _on(comm, output) and _on(comm, input)
     except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable argument: validate in full
-        bound, ready = None, False
+        key, bound, ready = None, None, False
     if not ready:
         check_tensor(output, "output", comm.device)
         check_tensor(input, "input", comm.device)
@@ -102,7 +141,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
         raise ValueError("input overlaps output but is not this rank's slice of it: use separate buffers")
     if bound is None:
         nbytes = output.numel() * output.element_size()
-        bound = _bind(comm, key, "all_gather", algorithm, nbytes, output.dtype, output.numel(), None, compression,
+        bound = _bind(comm, (key,), "all_gather", algorithm, nbytes, output.dtype, output.numel(), None, compression,
                       async_op, lambda plan: calls.all_gather_body(comm, plan, nbytes))
     return bound(output, None if in_place else input)
 
@@ -116,27 +155,31 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     With ``compression``, contributions crossing nodes are encoded once and combined in float32.
     """
     comm = comm or default_communicator()
+    key = None
     try:
-        key = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), op, algorithm,
-               compression, async_op)
-        bound = comm.calls.get(key)
-        if bound is not None and _on(comm, output) and _on(comm, input):
-            return bound(output, input)
-    except (AttributeError, TypeError, RuntimeError):  # not tensors, a torch ReduceOp (unhashable): in full
-        pass
+        if type(op) in _KEYED_OPS:
+            key = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), op, algorithm,
+                   compression, async_op)
+            bound = comm.calls.get(key)
+            if bound is not None and _on(comm, output) and _on(comm, input):
+                return bound(output, input)
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable argument: in full
+        key = None
     reduction = as_reduction(op)
-    check_tensor(output, "output", comm.device)
-    check_tensor(input, "input", comm.device)
-    check_same_dtype(output, input)
-    check_reduction(reduction, input.dtype)
-    check_sizes(input, "input", output, "output", comm.topology.world_size)
-    key = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), reduction, algorithm,
-           compression, async_op)
-    bound = comm.calls.get(key)
+    canonical = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), reduction, algorithm,
+                 compression, async_op) if isinstance(input, torch.Tensor) and isinstance(output, torch.Tensor) else None
+    bound = _cached(comm, canonical, output, input)
+    if bound is None:
+        check_tensor(output, "output", comm.device)
+        check_tensor(input, "input", comm.device)
+        check_same_dtype(output, input)
+        check_reduction(reduction, input.dtype)
+        check_sizes(input, "input", output, "output", comm.topology.world_size)
+        bound = _lookup(comm, canonical)
     if bound is None:
         nbytes = input.numel() * input.element_size()
-        bound = _bind(comm, key, "reduce_scatter", algorithm, nbytes, input.dtype, input.numel(), reduction.op,
-                      compression, async_op,
+        bound = _bind(comm, (canonical, key), "reduce_scatter", algorithm, nbytes, input.dtype, input.numel(),
+                      reduction.op, compression, async_op,
                       lambda plan: calls.reduce_scatter_body(comm, plan, reduction, input.dtype, nbytes))
     return bound(output, input)
 
@@ -147,22 +190,28 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
     """In place element-wise ``op`` over every rank's ``tensor``; bitwise identical on every rank (with
     ``compression`` too: every rank decodes the same bytes)."""
     comm = comm or default_communicator()
+    key = None
     try:
-        bound = comm.calls.get(("all_reduce", tensor.dtype, tensor.numel(), op, algorithm, compression, async_op))
-        if bound is not None and _on(comm, tensor):
-            return bound(tensor)
-    except (AttributeError, TypeError, RuntimeError):  # not a tensor, a torch ReduceOp (unhashable): in full
-        pass
+        if type(op) in _KEYED_OPS:
+            key = ("all_reduce", tensor.dtype, tensor.numel(), op, algorithm, compression, async_op)
+            bound = comm.calls.get(key)
+            if bound is not None and _on(comm, tensor):
+                return bound(tensor)
+    except (AttributeError, TypeError, RuntimeError):  # not a tensor, an unhashable argument: in full
+        key = None
     reduction = as_reduction(op)
-    check_tensor(tensor, "tensor", comm.device)
-    check_reduction(reduction, tensor.dtype)
-    key = ("all_reduce", tensor.dtype, tensor.numel(), reduction, algorithm, compression, async_op)
-    bound = comm.calls.get(key)
+    canonical = ("all_reduce", tensor.dtype, tensor.numel(), reduction, algorithm, compression, async_op) \
+        if isinstance(tensor, torch.Tensor) else None
+    bound = _cached(comm, canonical, tensor)
+    if bound is None:
+        check_tensor(tensor, "tensor", comm.device)
+        check_reduction(reduction, tensor.dtype)
+        bound = _lookup(comm, canonical)
     if bound is None:
         nbytes = tensor.numel() * tensor.element_size()
-        bound = _bind(comm, key, "all_reduce", algorithm, nbytes, tensor.dtype, tensor.numel(), reduction.op,
-                      compression, async_op, lambda plan: calls.all_reduce_body(comm, plan, reduction, tensor.dtype,
-                                                                                nbytes))
+        bound = _bind(comm, (canonical, key), "all_reduce", algorithm, nbytes, tensor.dtype, tensor.numel(),
+                      reduction.op, compression, async_op,
+                      lambda plan: calls.all_reduce_body(comm, plan, reduction, tensor.dtype, nbytes))
     return bound(tensor)
 
 

@@ -74,6 +74,26 @@ def _unchanged(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Ten
     return tensor
 
 
+def _bound_copy(nbytes: int) -> BoundNative:
+    """An all-gather or reduce-scatter over one rank: the input's bytes into the output (in distinct host
+    memory; an input of None is the output already), copied by the buffers' memory views (no torch op)."""
+    last: list = [None, None, None, None]  # output address, its view, input address, its view
+
+    def run(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
+        if inp is None or not nbytes:
+            return out
+        address = out.data_ptr()
+        if address != last[0]:
+            last[0], last[1] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
+        address = inp.data_ptr()
+        if address != last[2]:
+            last[2], last[3] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
+        last[1][:] = last[3]
+        return out
+
+    return run
+
+
 def _nap() -> None:
     time.sleep(_NAP_S)
 
@@ -260,7 +280,9 @@ class MPITransport(Transport):
     def bind_all_gather(self, nbytes: int) -> BoundNative | None:
         """All-gather of ``nbytes`` from each rank's host input into the output; an input of None is this
         rank's block of the output already (MPI's ``IN_PLACE``)."""
-        if not self.blocking or self._size == 1:
+        if self._size == 1:
+            return _bound_copy(nbytes)
+        if not self.blocking:
             return None
         watch, allgather, total = self._watch("MPI's native all-gather"), self.comm.Allgather, nbytes * self._size
         last: list = [None, None, None, None]  # output address, its buffer, input address, its buffer
@@ -289,7 +311,9 @@ class MPITransport(Transport):
 
     def bind_reduce_scatter(self, dtype: torch.dtype, nbytes: int, op: ReduceOp) -> BoundNative | None:
         """Reduce-scatter of a host input of ``nbytes`` (every rank's blocks) into an output in other memory."""
-        if not self.blocking or self._size == 1 or dtype not in _MPI_TYPES:
+        if self._size == 1:
+            return _bound_copy(nbytes)
+        if not self.blocking or dtype not in _MPI_TYPES:
             return None
         watch, call, datatype, mpi_op = (self._watch("MPI's native reduce-scatter"), self.comm.Reduce_scatter_block,
                                          _MPI_TYPES[dtype], _MPI_OPS[op])

@@ -33,18 +33,24 @@ def contribution(rank: int, call: int, numel: int, dtype: torch.dtype) -> torch.
     return ((torch.arange(numel) % 5) + 1 + 2 * rank + call).to(dtype)
 
 
-def reduce(parts: list[torch.Tensor], op: str, dtype: torch.dtype) -> torch.Tensor:
+def factor(call: int) -> float:
+    """PREMUL_SUM's factor on call ``call``: it changes between calls of one shape (torch's PREMUL_SUM objects all
+    compare equal whatever their factor, so a shape keyed by one would run the first call's factor again)."""
+    return 0.5 if call % 2 else 0.25
+
+
+def reduce(parts: list[torch.Tensor], op: str, dtype: torch.dtype, call: int) -> torch.Tensor:
     """The reference: the reduction of every rank's contribution in float64, then in ``dtype``."""
     stack = torch.stack([p.double() for p in parts])
     if op == "max":
         return stack.max(0).values.to(dtype)
     total = stack.sum(0)
-    return (total / len(parts) if op == "avg" else 0.5 * total if op == "premul" else total).to(dtype)
+    return (total / len(parts) if op == "avg" else factor(call) * total if op == "premul" else total).to(dtype)
 
 
-def as_op(op: str, torch_object: bool) -> object:
+def as_op(op: str, torch_object: bool, call: int) -> object:
     if op == "premul":
-        return dist._make_nccl_premul_sum(0.5) if torch_object else pc.premul_sum(0.5)
+        return dist._make_nccl_premul_sum(factor(call)) if torch_object else pc.premul_sum(factor(call))
     if torch_object:
         return {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}[op]
     return {"sum": pc.ReduceOp.SUM, "avg": pc.ReduceOp.AVG, "max": pc.ReduceOp.MAX}[op]
@@ -81,16 +87,16 @@ def repeated_calls(comm: pc.Communicator, algorithm: str | None, dtype: torch.dt
     """REPEATS calls of each collective's shape: new tensors, then the same tensors with new values, then
     aliasing (in-place all-gather, an output inside the reduce-scatter input) in the middle of the run."""
     p, rank = comm.topology.world_size, comm.topology.rank
-    reduction = as_op(op, torch_op)
     kept = {"ar": torch.empty(numel, dtype=dtype), "ag": torch.empty(p, numel, dtype=dtype),
             "rs_in": torch.empty(p * numel, dtype=dtype)}
     for call in range(REPEATS * 2):
         fresh = call < REPEATS
         label = f"{algorithm} {dtype} n={numel} {op} torch_op={torch_op} call {call}"
+        reduction = as_op(op, torch_op, call)
         # all-reduce: new buffers, then the same buffer refilled
         buf = contribution(rank, call, numel, dtype) if fresh else kept["ar"].copy_(contribution(rank, call, numel, dtype))
         pc.all_reduce(buf, reduction, algorithm=algorithm, comm=comm)
-        same(buf, reduce([contribution(r, call, numel, dtype) for r in range(p)], op, dtype), f"AR {label}")
+        same(buf, reduce([contribution(r, call, numel, dtype) for r in range(p)], op, dtype, call), f"AR {label}")
         # all-gather: out of place, then in place (this rank's row of the output) on the same shape
         out = torch.empty(p, numel, dtype=dtype) if fresh else kept["ag"]
         mine = contribution(rank, call, numel, dtype)
@@ -105,7 +111,7 @@ def repeated_calls(comm: pc.Communicator, algorithm: str | None, dtype: torch.dt
         full = [torch.cat([contribution(r, call + b, numel, dtype) for b in range(p)]) for r in range(p)]
         inp = full[rank].clone() if fresh else kept["rs_in"].copy_(full[rank])
         target = inp[:numel] if call % 2 else torch.empty(numel, dtype=dtype)
-        want = reduce([f[rank * numel:(rank + 1) * numel] for f in full], op, dtype)
+        want = reduce([f[rank * numel:(rank + 1) * numel] for f in full], op, dtype, call)
         pc.reduce_scatter_tensor(target, inp, reduction, algorithm=algorithm, comm=comm)
         same(target, want, f"RS {label}")
         if not call % 2:
