@@ -9,8 +9,9 @@ or, after torch's own ``fully_shard`` calls, ``use_pccl(model)``. ``compression=
 collective for what crosses nodes (``{"all_gather": "int8", "reduce_scatter": "bf16"}``, or one format for
 both; default: exact, or ``PCCL_COMPRESSION``). FSDP keeps its process group (gloo or
 NCCL) for everything else (DTensor, ``clip_grad_norm_``, state-dict gathering); only its parameter
-all-gathers and gradient reduce-scatters go through pccl, on the pccl communicator of that group: the
-default one of ``pccl_torch.init()`` for the world group, or the group's own for a ``pccl`` group.
+all-gathers and gradient reduce-scatters go through pccl, on the pccl communicator of that group for the
+tensors' device: the default one of ``pccl_torch.init()`` for the world group, or the group's own for a ``pccl``
+group. ``fully_shard`` and ``use_pccl`` fail at the call where pccl cannot serve FSDP's groups.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ def use_pccl(module: torch.nn.Module, compression: Compression = None) -> int:
         raise TypeError(f"use_pccl takes a torch.nn.Module sharded with fully_shard, got {type(module).__name__}")
     sharded = [sub for sub in module.modules() if isinstance(sub, FSDPModule)]
     if not sharded:
-        raise TypeError(f"use_pccl needs a module sharded with fully_shard: {type(module).__name__} is not an "
-                        "FSDPModule and contains none (call torch.distributed.fsdp.fully_shard first)")
+        raise TypeError(f"use_pccl found no FSDPModule: {type(module).__name__} is not an FSDPModule and contains "
+                        "none (call torch.distributed.fsdp.fully_shard first)")
     formats = per_collective(compression)
     for sub in sharded:
         _check_served(sub)

@@ -6,11 +6,19 @@
 A :class:`PcclProcessGroup` runs all-reduce, all-gather and reduce-scatter (tensor and list forms, both
 the torch 2.13 names and the older ones, coalesced forms) through pccl's API on CPU tensors, with real
 async work handles, and delegates every other call (broadcast, barrier, all_to_all, send/recv, gather,
-scatter, reduce, ...) and tensors of other devices to a private gloo group built from the same store.
+scatter, reduce, ...) and tensors of other devices to a private gloo group built from the same store. It is a
+drop-in: what pccl does not implement (dtypes such as uint8 or bool, the bitwise ops, sparse or non-contiguous
+tensors, uneven lists) goes to that vendor group unchanged, decided before pccl's API is called, counted per kind
+(:func:`bypassed`) and logged once per kind.
+
 Creating a subgroup involves only its members: the MPI communicator comes from ``Comm.Create_group``
 (collective over the group alone) and the gloo groups from the group's own store. Without an MPI launch
 (torchrun, DeepSpeed's launcher, accelerate) pccl's levels are torch groups over that store
 (``pccl_torch.launcher``).
+
+``import pccl_torch`` also completes torch's ``env://`` rendezvous for MPI launches: under ``mpiexec`` without
+``RANK``, ``init_process_group`` with no ``init_method`` takes rank and world size from MPI and the store's address
+agreed over MPI, as torchrun's variables would give them.
 
 Device maps work as in torch: with ``"cpu:gloo,cuda:pccl"`` CUDA tensors run through pccl and CPU tensors
 through gloo; with ``"cpu:pccl,cuda:nccl"`` the reverse. torch hands a Python process group every device

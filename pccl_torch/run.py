@@ -31,7 +31,7 @@ from pccl_torch.integrations.torch_backend import BACKEND_NAME
 
 log = logging.getLogger("pccl_torch.run")  # not __name__: run as `python -m`, that is "__main__"
 
-PCCL_DEVICES = ("cpu", "cuda")
+DEVICES = ("cpu", "cuda")
 """Devices pccl runs on: what they were given becomes pccl."""
 
 
@@ -42,7 +42,7 @@ def pccl_backend(backend: str | None) -> str:
     if backend is None or "undefined" in str(backend).lower():
         return BACKEND_NAME
     devices = dist.distributed_c10d.BackendConfig(dist.Backend(backend)).get_device_backend_map()
-    mapped = {device: BACKEND_NAME if device in PCCL_DEVICES else name for device, name in devices.items()}
+    mapped = {device: BACKEND_NAME if device in DEVICES else name for device, name in devices.items()}
     if set(mapped.values()) == {BACKEND_NAME}:
         return BACKEND_NAME
     return ",".join(f"{device}:{name}" for device, name in mapped.items())
