@@ -3,17 +3,28 @@
 Kinds: ``kill`` (the last rank SIGKILLs itself in the middle of large all-reduces), ``skip`` (the last
 rank never calls the collective), ``mismatch`` (with checking on, ranks call different collectives, sizes,
 dtypes, ops or algorithms). Every rank writes what it saw to ``<out>/rank<r>.json``; the harness checks it.
+
+What else each rank leaves in ``<out>``, so that the harness can tell how it ended (``faults.py``):
+``rank<r>.started`` once its communicator is up; ``rank<r>.json`` when its call returned or raised (any
+exception, with its type: only the expected one passes); ``rank<r>.done`` once ``shutdown()`` returned;
+``rank<r>.crash`` with the traceback of any exception that escaped; ``rank<r>.fatal`` (faulthandler) with
+the stacks of a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL); ``rank<r>.signal`` when it was
+asked to stop (SIGTERM, SIGINT, SIGHUP). A rank with none of the last four and no ``.done`` was killed
+outright (SIGKILL) or left through the MPI library's own exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -53,6 +64,8 @@ def kill(out: Path, rank: int, victim: int, algorithm: str | None) -> None:
         _record(out, rank, error=None)
     except PcclTimeoutError as exc:
         _record(out, rank, **_after_failure(exc, start))
+    except Exception as exc:  # noqa: BLE001 - any other error is recorded (and fails the trial), not hidden
+        _record(out, rank, error=str(exc), type=type(exc).__name__, elapsed_s=time.monotonic() - start)
 
 
 def skip(out: Path, rank: int, victim: int, algorithm: str | None, timeout_s: float) -> None:
@@ -64,6 +77,8 @@ def skip(out: Path, rank: int, victim: int, algorithm: str | None, timeout_s: fl
         _record(out, rank, error=None)
     except PcclTimeoutError as exc:  # the late rank fails too: its peers have given up and left
         _record(out, rank, **_after_failure(exc, start))
+    except Exception as exc:  # noqa: BLE001 - recorded with its type: the harness fails the trial
+        _record(out, rank, error=str(exc), type=type(exc).__name__, elapsed_s=time.monotonic() - start)
 
 
 def _mismatches(rank: int, victim: int) -> list[tuple[str, callable]]:
@@ -110,6 +125,20 @@ def world_size() -> int:
     return pc.default_communicator().topology.world_size
 
 
+def _watch_the_end(out: Path, rank: int) -> None:
+    """Leave evidence of how this process ends (see the module docstring)."""
+    fatal = open(out / f"rank{rank}.fatal", "w")  # noqa: SIM115 - open until the process ends
+    faulthandler.enable(file=fatal, all_threads=True)
+
+    def asked_to_stop(signum, _frame) -> None:
+        (out / f"rank{rank}.signal").write_text(signal.Signals(signum).name)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, asked_to_stop)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("kind", choices=("kill", "skip", "mismatch"))
@@ -117,18 +146,29 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--algorithm", default=None)
     args = parser.parse_args()
-    comm = pc.init(timeout=datetime.timedelta(seconds=args.timeout), check=args.kind == "mismatch")
-    rank, victim = comm.topology.rank, comm.topology.world_size - 1
-    comm.world.comm.Barrier()
-    if args.kind == "kill":
-        kill(args.out, rank, victim, args.algorithm)
-    elif args.kind == "skip":
-        skip(args.out, rank, victim, args.algorithm, args.timeout)
-    else:
-        mismatch(args.out, rank, victim)
-    start = time.monotonic()
-    pc.shutdown()
+    launched = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    if launched >= 0:
+        _watch_the_end(args.out, launched)
+    try:
+        comm = pc.init(timeout=datetime.timedelta(seconds=args.timeout), check=args.kind == "mismatch")
+        rank, victim = comm.topology.rank, comm.topology.world_size - 1
+        if launched < 0:
+            _watch_the_end(args.out, rank)
+        comm.world.comm.Barrier()
+        (args.out / f"rank{rank}.started").write_text("")
+        if args.kind == "kill":
+            kill(args.out, rank, victim, args.algorithm)
+        elif args.kind == "skip":
+            skip(args.out, rank, victim, args.algorithm, args.timeout)
+        else:
+            mismatch(args.out, rank, victim)
+        start = time.monotonic()
+        pc.shutdown()
+    except BaseException:
+        (args.out / f"rank{launched}.crash").write_text(traceback.format_exc())
+        raise
     (args.out / f"rank{rank}.done").write_text(f"{time.monotonic() - start:.3f}")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
