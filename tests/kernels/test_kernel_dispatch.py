@@ -1,4 +1,4 @@
-"""The dispatch layer: which implementation runs, and that the torch path equals the references."""
+"""The dispatch layer: which implementation runs (counted launches), and that the torch path gives the\nresults of references computed independently of the module."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import torch
 
 from pccl_torch.ops import ReduceOp
 from pccl_torch.triton_kernels import _backend, permute_blocks, reduce_, rotate_, use_backend
-from pccl_torch.triton_kernels.reduce import reduce_reference
+
+from .conftest import _count_launches
 
 
 def test_backend_choice(monkeypatch) -> None:
@@ -51,15 +52,34 @@ def test_launch_limit_error_is_clear() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
-def test_torch_path_matches_references(dtype) -> None:
+def test_torch_path_matches_independent_references(dtype, monkeypatch) -> None:
+    """The torch path against references computed here, not by the module under test: the sum of two
+    values rounded once (float64 holds every sum of two float32/bf16 values exactly), transpose, roll. And
+    no Triton kernel is launched on this path."""
+    launches = _count_launches(monkeypatch)
     with use_backend("torch"):
-        a = (torch.randn(41) * 4).to(dtype)
-        b = (torch.randn(41) * 4).to(dtype)
+        g = torch.Generator().manual_seed(7)
+        a = (torch.randn(41, generator=g) * 4).to(dtype)
+        b = (torch.randn(41, generator=g) * 4).to(dtype)
         acc = a.clone()
         reduce_(acc, b, ReduceOp.SUM)
-        assert torch.equal(acc, reduce_reference(torch.empty_like(a), [a, b], ReduceOp.SUM))
+        exact = (a.to(torch.float64) + b.to(torch.float64)) if dtype.is_floating_point else a + b
+        assert torch.equal(acc, exact.to(dtype))
+        assert not torch.equal(acc, a)  # b was not all zeros: the check can fail
         dst = torch.empty(30, dtype=dtype)
         permute_blocks(a[:30], dst, 2, 3, 5)
-        assert torch.equal(dst, a[:30].view(2, 3, 5).transpose(0, 1).reshape(-1))
+        expected = torch.stack([a[(i * 3 + j) * 5:(i * 3 + j + 1) * 5] for j in range(3) for i in range(2)])
+        assert torch.equal(dst, expected.reshape(-1))
         rotate_(a, acc, 7)
-        assert torch.equal(acc, torch.roll(a, 7))
+        assert torch.equal(acc, torch.cat([a[-7:], a[:-7]]))
+    assert launches.total == 0, launches.by_module
+
+
+def test_triton_path_launches_kernels(triton_backend) -> None:
+    """The same calls on the Triton backend launch one kernel each (the interpreter without a GPU)."""
+    a, b = torch.arange(41, dtype=torch.float32), torch.ones(41)
+    reduce_(a, b, ReduceOp.SUM)
+    permute_blocks(a[:30].clone(), torch.empty(30), 2, 3, 5)
+    rotate_(a.clone(), torch.empty(41), 7)
+    assert torch.equal(a, torch.arange(41, dtype=torch.float32) + 1)
+    assert triton_backend.by_module == {"reduce": 1, "pack": 2}, triton_backend.by_module
