@@ -10,20 +10,18 @@ import pytest
 
 from pccl_torch.tuning import SMALL_BYTES, SMALL_TRIALS, SWITCH_MARGIN, TRIALS, WARMUP
 
-from .conftest import launch
+from .conftest import launch_ranks
 
 LAYOUT = {"ranks": 4, "nodes": 2, "local_size": 2, "hosts": 1, "transport": "mpi", "device": "cpu"}
 
 
 def _run(cache: Path, *args: str) -> tuple[list[dict], str]:
-    result = launch("tuning_driver.py", 4, *args, local_size=2, env={"PCCL_TUNE_CACHE": str(cache)}, timeout_s=600)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-5000:]
-    ranks = json.loads(lines[-1])["ranks"]
-    assert [r["wrong"] for r in ranks] == [0, 0, 0, 0]
-    for other in ranks[1:]:  # every rank ran the same algorithm at every call and locked in the same ones
-        assert other["ran"] == ranks[0]["ran"] and other["tuning"] == ranks[0]["tuning"]
-    return ranks, result.stderr
+    """One launch: exit status 0, every rank's result (written after its shutdown), no wrong element, and the
+    same algorithm at every call and the same locked-in choices on every rank."""
+    run = launch_ranks("tuning_driver.py", 4, *args, result_dir=cache.parent / f"ranks-{len(list(cache.parent.glob('ranks-*')))}",
+                       local_size=2, env={"PCCL_TUNE_CACHE": str(cache)}, timeout_s=600, same=("ran", "tuning", "default"))
+    assert [r["wrong"] for r in run.ranks] == [0, 0, 0, 0]
+    return run.ranks, run.process.stderr
 
 
 @pytest.mark.multiprocess

@@ -21,6 +21,11 @@ import pccl_torch as pc
 from pccl_torch import api
 from pccl_torch.choice import choice_of
 
+if __package__:
+    from . import rank_result
+else:  # run as a script by mpiexec
+    import rank_result
+
 SHAPES = [("all_reduce", 1 << 16), ("all_reduce", 1 << 20), ("all_gather", 1 << 20), ("reduce_scatter", 1 << 20)]
 """(collective, bytes of the full buffer), float32."""
 CALLS = 40
@@ -41,24 +46,34 @@ def _skew(seed: int) -> threading.Event:
     return stop
 
 
+def _pattern(numel: int, rank: int) -> torch.Tensor:
+    """Rank ``rank``'s input: distinct in every element and on every rank (a schedule that misplaces a block,
+    drops a rank or counts one twice changes the result), small integers, so float32 sums are exact."""
+    return (torch.arange(numel, dtype=torch.float32) % 997) + 1024 * (rank + 1)
+
+
 def _one_call(collective: str, nbytes: int, rank: int, size: int) -> tuple[str, int]:
     """Run one call of the shape, pccl choosing; (the algorithm it ran, wrong elements)."""
     before = dict(pc.stats()["algorithms"])
     n = nbytes // 4
     if collective == "all_reduce":
-        buf = torch.full((n,), float(rank + 1))
+        buf = _pattern(n, rank)
         pc.all_reduce(buf)
-        wrong = int((buf != size * (size + 1) / 2).sum())
+        wrong = int((buf != sum(_pattern(n, r) for r in range(size))).sum())
     elif collective == "all_gather":
-        out, mine = torch.empty(n), torch.full((n // size,), float(rank))
+        block = n // size
+        out, mine = torch.empty(n), torch.arange(block, dtype=torch.float32) + block * rank
         pc.all_gather_into_tensor(out, mine)
-        wrong = int((out != torch.arange(size).repeat_interleave(n // size).float()).sum())
+        wrong = int((out != torch.arange(n, dtype=torch.float32)).sum())
     else:
-        out = torch.empty(n // size)
-        pc.reduce_scatter_tensor(out, torch.full((n,), float(rank + 1)))
-        wrong = int((out != size * (size + 1) / 2).sum())
+        block = n // size
+        out = torch.empty(block)
+        pc.reduce_scatter_tensor(out, _pattern(n, rank))
+        expected = sum(_pattern(n, r) for r in range(size))[rank * block:(rank + 1) * block]
+        wrong = int((out != expected).sum())
     after = pc.stats()["algorithms"]
     ran = [k.split(":", 1)[1] for k, v in after.items() if v != before.get(k, 0)]
+    assert len(ran) == 1, f"one call ran {ran}"
     return ran[0], wrong
 
 
@@ -87,6 +102,7 @@ def main() -> None:
     pc.shutdown()
     if rank == 0:
         print(json.dumps({"ranks": everyone}))
+    rank_result.write(mine, rank)  # after shutdown returned; the test reads every rank's
 
 
 if __name__ == "__main__":
