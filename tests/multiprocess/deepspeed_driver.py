@@ -1,7 +1,8 @@
 """DeepSpeed ZeRO-1, -2 and -3 on a tiny model, with --comm_backend pccl or gloo, under mpiexec, torchrun or
 DeepSpeed's own launcher.
 
-Rank 0 writes --json: losses and final parameters per stage, and pccl's counters (pccl backend).
+Rank 0 writes --json: losses and final parameters per stage, and pccl's counters (pccl backend). Every rank
+also writes its own result (``rank_result``) after ``destroy_process_group()`` returned.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from collections import Counter
+from pathlib import Path
 
 import deepspeed
 import torch
@@ -18,6 +21,9 @@ import torch.distributed as dist
 import pccl_torch as pc
 from pccl_torch.integrations.deepspeed import add_comm_arguments
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, pccl_groups
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script by mpiexec, pccl_torch.run or deepspeed
+import rank_result  # noqa: E402
 
 
 def run_stage(stage: int, rank: int, world: int, steps: int = 5) -> tuple[list[float], list[float]]:
@@ -76,6 +82,7 @@ def main() -> None:
         with open(args.json, "w") as fh:
             json.dump(result, fh)
     dist.destroy_process_group()
+    rank_result.write(json.loads(json.dumps(result)), rank)  # stage keys as strings, as in --json
 
 
 if __name__ == "__main__":

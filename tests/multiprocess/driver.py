@@ -409,6 +409,7 @@ def main() -> int:
         if args.verbose and runner.rank == 0:
             print(case, flush=True)
         runner.check(str(case), lambda case=case: runner.run_case(case))
+    exercised = {c: sorted({case.algorithm for case in cases if case.collective == c}) for c in collectives}
 
     names = async_algorithms(wanted)
 
@@ -461,6 +462,7 @@ def main() -> int:
     failed_anywhere = world.allreduce(len(runner.failures), op=MPI.SUM)
     # Every rank's own result, written after its shutdown returned (the test checks all of them).
     rank_result.write({"ranks": topo.world_size, "local_size": topo.local_size, "cases": len(cases),
+                       "algorithms": exercised,
                        "passed": runner.passed, "failed": len(runner.failures), "failures": runner.failures[:50],
                        "mpi": MPI.Get_library_version().splitlines()[0]}, runner.rank)
     return 1 if failed_anywhere else 0

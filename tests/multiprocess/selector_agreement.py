@@ -1,11 +1,17 @@
 """Run under mpiexec with a different PCCL_PROFILE per rank: every rank must make rank 0's choices.
 
 Prints one JSON line from rank 0: {"choices": [...], "agreed": bool}, or {"errors": [...]} when init fails.
+Every rank also writes its own result (``rank_result``: its choices, or its error) after ``shutdown()``.
 """
 
 from __future__ import annotations
 
 import json
+
+if __package__:
+    from . import rank_result
+else:  # run as a script by mpiexec
+    import rank_result
 
 CALLS = [(c, 1 << k) for c in ("all_gather", "reduce_scatter", "all_reduce") for k in range(10, 25, 2)]
 
@@ -22,12 +28,14 @@ def main() -> None:
         errors = world.gather(f"{type(exc).__name__}: {exc}", root=0)
         if world.Get_rank() == 0:
             print(json.dumps({"errors": errors}))
+        rank_result.write({"error": f"{type(exc).__name__}: {exc}"}, world.Get_rank())
         return
     choices = [pc.choose_algorithm(c, n, comm) for c, n in CALLS]
     everyone = world.gather(choices, root=0)
     if comm.topology.rank == 0:
         print(json.dumps({"choices": choices, "agreed": all(c == choices for c in everyone)}))
     pc.shutdown()
+    rank_result.write({"choices": choices}, world.Get_rank())
 
 
 if __name__ == "__main__":

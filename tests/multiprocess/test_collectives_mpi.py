@@ -9,10 +9,28 @@ import sys
 
 import pytest
 
+from pccl_torch.plan import family, hierarchical_inner, names_for
+
 from .conftest import OPENMPI_PREFIX, RankLaunch, check_exit, launch, launch_ranks, mpiexec, openmpi_available, run_checked
 
 # (ranks, ranks per emulated node): n = 1..6, local sizes 1, 2, 3 wherever they divide n.
 LAYOUTS = [(n, local) for n in range(1, 7) for local in (1, 2, 3) if n % local == 0 and local <= n]
+
+
+def assert_every_algorithm_ran(run: RankLaunch) -> None:
+    """The algorithms the driver ran are exactly ``names_for(collective, "cpu")``, and that list still holds
+    every flat schedule of the family, every ``hier:`` form (``hierarchical_inner``), and each flat schedule
+    with the other intra-node library (``hier-<library>:``), so the case count cannot stay high while a whole
+    level of names vanished."""
+    for collective in ("all_gather", "reduce_scatter", "all_reduce"):
+        ran = set(run[0]["algorithms"][collective])
+        assert ran == set(names_for(collective, "cpu")), (collective, sorted(ran ^ set(names_for(collective, "cpu"))))
+        flat = set(family(collective))
+        assert flat <= ran, (collective, sorted(flat - ran))
+        assert {"hier:" + name for name in hierarchical_inner(collective)} <= ran, (collective, sorted(ran))
+        for name in flat:
+            assert any(a.startswith("hier-") and a.endswith(":" + name) for a in ran), (collective, name, sorted(ran))
+        assert {"mpi", "vendor"} <= ran, (collective, sorted(ran))
 
 
 def driver(ranks: int, tmp_path, *args: str, min_passed_per_rank: int, **options) -> RankLaunch:
@@ -33,6 +51,7 @@ def driver(ranks: int, tmp_path, *args: str, min_passed_per_rank: int, **options
 def test_every_collective_algorithm_dtype_and_op(ranks: int, local_size: int, tmp_path) -> None:
     run = driver(ranks, tmp_path, local_size=local_size, min_passed_per_rank=1000)
     assert run[0]["local_size"] == local_size
+    assert_every_algorithm_ran(run)
 
 
 @pytest.mark.multiprocess
@@ -42,6 +61,7 @@ def test_every_collective_under_open_mpi(ranks: int, local_size: int, tmp_path) 
     """The same cases (small sizes) on Open MPI 5 instead of MPICH: the transports and native collectives
     depend on no one MPI library."""
     run = driver(ranks, tmp_path, "--no-large", local_size=local_size, openmpi=True, min_passed_per_rank=1000)
+    assert_every_algorithm_ran(run)
     assert all(report["mpi"].startswith("Open MPI") for report in run.ranks), run[0]["mpi"]
 
 
@@ -71,8 +91,9 @@ def test_compressed_collectives(fmt: str, ranks: int, local_size: int, tmp_path)
 @pytest.mark.multiprocess
 def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
     """The same cases (small sizes) with every local kernel run by the Triton interpreter, 2 nodes x 2."""
-    driver(4, tmp_path, "--no-large", local_size=2, env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"},
-           min_passed_per_rank=1000)
+    run = driver(4, tmp_path, "--no-large", local_size=2, env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"},
+                 min_passed_per_rank=1000)
+    assert_every_algorithm_ran(run)
 
 
 @pytest.mark.multiprocess

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, ROOT, launch
+from .conftest import HERE, ROOT, collect_ranks, launch_ranks
+from .rank_result import RESULT_DIR_ENV
 
 pytest.importorskip("deepspeed", reason="make test installs the [deepspeed] extra")
 
@@ -20,23 +21,33 @@ EXTENSIONS = {"TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str
               "DS_ACCELERATOR": "cpu"}
 
 
-def _run(ranks: int, local_size: int, tmp_path, name: str, *args: str, zero_code: bool = False) -> dict:
-    out = tmp_path / f"{name}.json"
+def _run(ranks: int, local_size: int, tmp_path, name: str, *args: str, zero_code: bool = False) -> list[dict]:
+    """Every rank's result (exit status 0 checked, each rank's result written after its
+    destroy_process_group()); the final parameters of each stage equal on every rank."""
+    out, results = tmp_path / f"{name}.json", tmp_path / f"{name}-ranks"
     if zero_code:  # python -m pccl_torch.run driver.py ... : the script asks for gloo, pccl is forced
-        result = launch("-m", ranks, "pccl_torch.run", str(HERE / "deepspeed_driver.py"), *args, "--json", str(out),
-                        local_size=local_size, env=EXTENSIONS, timeout_s=900)
+        run = launch_ranks("-m", ranks, "pccl_torch.run", str(HERE / "deepspeed_driver.py"), *args, "--json", str(out),
+                           result_dir=results, local_size=local_size, env=EXTENSIONS, timeout_s=900)
     else:
-        result = launch("deepspeed_driver.py", ranks, *args, "--json", str(out), local_size=local_size,
-                        env=EXTENSIONS, timeout_s=900)
-    assert out.exists(), f"{name}: no result (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return json.loads(out.read_text())
+        run = launch_ranks("deepspeed_driver.py", ranks, *args, "--json", str(out), result_dir=results,
+                           local_size=local_size, env=EXTENSIONS, timeout_s=900)
+    for stage in run[0]["stages"]:
+        params = [r["stages"][stage]["params"] for r in run.ranks]
+        assert all(p == pytest.approx(params[0], rel=1e-6, abs=1e-7) for p in params), f"{name}: ZeRO-{stage} ranks differ"
+    return run.ranks
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("ranks,local_size", [(2, 1), (4, 2)], ids=["n2-L1", "n4-L2"])
 def test_zero_stages_with_pccl_match_gloo(ranks: int, local_size: int, tmp_path) -> None:
-    gloo = _run(ranks, local_size, tmp_path, "gloo", "--comm_backend", "gloo")
-    pccl = _run(ranks, local_size, tmp_path, "pccl", "--comm_backend", "pccl")
+    gloo_ranks = _run(ranks, local_size, tmp_path, "gloo", "--comm_backend", "gloo")
+    pccl_ranks = _run(ranks, local_size, tmp_path, "pccl", "--comm_backend", "pccl")
+    for rank, (g, q) in enumerate(zip(gloo_ranks, pccl_ranks)):  # every rank's own losses, pccl against gloo
+        for stage in ("1", "2", "3"):
+            assert q["stages"][stage]["losses"] == pytest.approx(g["stages"][stage]["losses"], rel=1e-5, abs=1e-6), \
+                (rank, stage)
+        assert q["default_group"] == "PcclProcessGroup" and q["bypassed"] == {}, (rank, q["bypassed"])
+    gloo, pccl = gloo_ranks[0], pccl_ranks[0]
     assert pccl["default_group"] == "PcclProcessGroup" and gloo["default_group"] != "PcclProcessGroup"
     calls = pccl["pccl_calls"]  # summed over every pccl group: the world group and DeepSpeed's own groups
     assert min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter", "all_reduce")) > 0, calls
@@ -56,7 +67,7 @@ def test_zero_stages_with_pccl_match_gloo(ranks: int, local_size: int, tmp_path)
 
 @pytest.mark.multiprocess
 def test_zero_code_route_makes_an_unchanged_script_use_pccl(tmp_path) -> None:
-    forced = _run(2, 1, tmp_path, "forced", "--comm_backend", "gloo", "--stages", "3", zero_code=True)
+    forced = _run(2, 1, tmp_path, "forced", "--comm_backend", "gloo", "--stages", "3", zero_code=True)[0]
     assert forced["default_group"] == "PcclProcessGroup"
     assert forced["pccl_calls"].get("all_gather", 0) > 0
 
@@ -74,12 +85,16 @@ def test_deepspeed_launcher_with_its_mpich_runner(tmp_path) -> None:
     command = [str(bin_dir / "deepspeed"), "--hostfile", str(hostfile), "--force_multi", "--launcher", "mpich",
                "--no_ssh_check", "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
                str(HERE / "deepspeed_driver.py"), "--comm_backend", "pccl", "--stages", "3", "--json", str(out)]
+    results = tmp_path / "ranks"
+    results.mkdir()
     env = {**os.environ, **EXTENSIONS, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONWARNINGS": "ignore::FutureWarning"}
+           "PYTHONWARNINGS": "ignore::FutureWarning", RESULT_DIR_ENV: str(results)}
     env.pop("PCCL_ALGO", None)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    ranks = collect_ranks(result, 2, results, what="deepspeed --launcher mpich").ranks  # exit 0, both ranks' results
     assert out.exists(), f"no result (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     report = json.loads(out.read_text())
+    assert all(r["default_group"] == "PcclProcessGroup" and r["bypassed"] == {} for r in ranks)
     assert report["default_group"] == "PcclProcessGroup"
     calls = report["stages"]["3"]["pccl_calls"]
     assert min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter", "all_reduce")) > 0, calls

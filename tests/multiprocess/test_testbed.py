@@ -17,7 +17,8 @@ from pccl_torch.testbed import (TestbedConfig, TestbedError, check_tools, down, 
                                 torchrun_commands)
 from pccl_torch.testbed import net
 
-from .conftest import HERE, ROOT
+from .conftest import HERE, ROOT, collect_ranks
+from .rank_result import RESULT_DIR_ENV
 
 PREFIX = "pccltest"  # not the default prefix: a testbed someone brought up by hand is left alone
 RATE_MBIT = 200
@@ -57,16 +58,21 @@ def test_up_is_idempotent_and_status_sees_shaped_links(testbed: TestbedConfig) -
 
 
 @pytest.mark.multiprocess
-def test_hierarchical_collectives_across_namespaces(testbed: TestbedConfig) -> None:
+def test_hierarchical_collectives_across_namespaces(testbed: TestbedConfig, tmp_path) -> None:
     command = mpiexec_command(testbed, [sys.executable, str(HERE / "testbed_driver.py"), "4"], nprocs=4,
                               per_node=2)
+    results = tmp_path / "ranks"
+    results.mkdir()
     try:
-        result = subprocess.run(command, cwd=ROOT, env=run_environment(testbed), capture_output=True, text=True,
-                                timeout=300)
+        result = subprocess.run(command, cwd=ROOT, env={**run_environment(testbed), RESULT_DIR_ENV: str(results)},
+                                capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{' '.join(command)} did not finish in 300 s\nstdout:\n{exc.stdout}\nstderr:\n{exc.stderr}")
+    ranks = collect_ranks(result, 4, results, what="testbed_driver.py across namespaces").ranks
+    assert [r["errors"] for r in ranks] == [[]] * 4
+    assert [(r["node"], r["local_rank"], r["num_nodes"]) for r in ranks] == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    assert result.returncode == 0 and lines, result.stdout[-3000:] + result.stderr[-3000:]
+    assert lines, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(lines[-1])
     assert report["errors"] == []
     # Nodes found from the namespaces (no PCCL_LOCAL_SIZE): ranks 0,1 in pccltest-n0, ranks 2,3 in n1.

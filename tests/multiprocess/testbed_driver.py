@@ -1,6 +1,7 @@
 """Run by test_testbed.py as ranks in the testbed's namespaces (no PCCL_LOCAL_SIZE): pccl must find the
 nodes from the namespaces, the hierarchical collectives must be right, and MPI traffic between nodes must
-be held to the link rate while traffic inside a node is not. Rank 0 prints one JSON line."""
+be held to the link rate while traffic inside a node is not. Rank 0 prints one JSON line; every rank writes
+its own result (``rank_result``: its errors and place) after ``shutdown()``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from mpi4py import MPI
 
 import pccl_torch as pc
 from pccl_torch.testbed.probe import layout, sendrecv_rate
+
+import rank_result  # beside this script (run as one by mpiexec)
 
 
 def main() -> int:
@@ -47,6 +50,8 @@ def main() -> int:
                           "links": [json.loads(entry) for entry in links],
                           "errors": [e for errs in gathered for e in errs]}), flush=True)
     pc.shutdown()
+    rank_result.write({"errors": errors, "node": topo.node, "local_rank": topo.local_rank,
+                       "num_nodes": topo.num_nodes}, topo.rank)
     return 0
 
 
