@@ -74,25 +74,26 @@ def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | N
 
 def _bind(comm: Communicator, keys: tuple[tuple | None, ...], collective: Collective, algorithm: str | None,
           nbytes: int, dtype: torch.dtype, numel: int, op: ReduceOp | None, compression: str | None, async_op: bool,
-          body: Callable[[Plan], calls.Body]) -> calls.BoundCall:
+          body: Callable[[Plan, bool], calls.Body]) -> calls.BoundCall:
     """Choose the plan of a validated call and bind it (``pccl_torch.calls``); kept under each of ``keys`` for
     the later calls of the shape unless online tuning is still trying candidates for it."""
     choice = comm.choice if comm.choice is not None else choice_of(comm)
     plan, final = choice.bind_plan(comm, collective, algorithm, nbytes, dtype, compression)  # type: ignore[attr-defined]
-    bound = calls.BoundCall(comm, plan, body(plan), nbytes, async_op, calls.signature(plan, dtype, numel, op))
     if final:
-        for key in keys:
-            if key is not None:
-                calls.remember(comm, key, bound)
-    return bound
+        calls.make_room(comm)
+    bound = calls.BoundCall(comm, plan, body(plan, final and not async_op), nbytes, async_op,
+                            calls.signature(plan, dtype, numel, op))
+    return calls.remember(comm, keys, bound) if final else bound
 
 
 def _on(comm: Communicator, tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is a contiguous tensor on ``comm``'s device (what a cached call shape re-checks)."""
-    index = comm.cuda_index
-    return tensor.is_contiguous() and (tensor.is_cpu if index < 0 else tensor.get_device() == index)
+    """Whether ``tensor`` is a contiguous tensor on ``comm``'s device (what a cached call shape re-checks; the hot
+    paths below spell it out, a call less)."""
+    return tensor.is_contiguous() and comm.on_device(tensor)
 
 
+_SUM = ReduceOp.SUM
+"""The default op, keyed as ``"sum"`` (the same reduction): an Enum member hashes in Python, ~0.1 us a call."""
 _KEYED_OPS = frozenset((ReduceOp, Reduction, str, type(dist.ReduceOp.SUM)))
 """Op types that may key a call shape as they are: equal values mean equal reductions. Not torch's ``ReduceOp``
 objects: every PREMUL_SUM one compares and hashes equal whatever its factor; those key by their Reduction."""
@@ -126,23 +127,30 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
     try:
         key = ("all_gather", output.dtype, output.numel(), input.dtype, input.numel(), algorithm, compression, async_op)
         bound = comm.calls.get(key)
-        ready = bound is not None and _on(comm, output) and _on(comm, input)
+        if bound is not None and output.is_contiguous() and input.is_contiguous() and comm.on_device(output) \
+                and comm.on_device(input):
+            out_ptr, in_ptr = output.data_ptr(), input.data_ptr()
+            block = bound.block
+            if block and in_ptr == out_ptr + bound.offset:
+                return bound(output, None)  # in place: the input is this rank's block of the output
+            if in_ptr >= out_ptr + bound.nbytes or out_ptr >= in_ptr + block:
+                return bound(output, input)
     except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable argument: validate in full
-        key, bound, ready = None, None, False
-    if not ready:
-        check_tensor(output, "output", comm.device)
-        check_tensor(input, "input", comm.device)
-        check_same_dtype(output, input)
-        check_sizes(output, "output", input, "input", comm.topology.world_size)
+        key = None
+    check_tensor(output, "output", comm.device)
+    check_tensor(input, "input", comm.device)
+    check_same_dtype(output, input)
+    check_sizes(output, "output", input, "input", comm.topology.world_size)
     block = input.numel() * input.element_size()
     in_ptr, out_ptr = input.data_ptr(), output.data_ptr()
     in_place = block > 0 and in_ptr == out_ptr + comm.topology.rank * block
     if not in_place and block and in_ptr < out_ptr + block * comm.topology.world_size and out_ptr < in_ptr + block:
         raise ValueError("input overlaps output but is not this rank's slice of it: use separate buffers")
+    bound = _lookup(comm, key)
     if bound is None:
         nbytes = output.numel() * output.element_size()
         bound = _bind(comm, (key,), "all_gather", algorithm, nbytes, output.dtype, output.numel(), None, compression,
-                      async_op, lambda plan: calls.all_gather_body(comm, plan, nbytes))
+                      async_op, lambda plan, keep: calls.all_gather_body(comm, plan, nbytes, keep))
     return bound(output, None if in_place else input)
 
 
@@ -157,11 +165,12 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     comm = comm or default_communicator()
     key = None
     try:
-        if type(op) in _KEYED_OPS:
-            key = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), op, algorithm,
-                   compression, async_op)
+        if op is _SUM or type(op) in _KEYED_OPS:
+            key = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(),
+                   "sum" if op is _SUM else op, algorithm, compression, async_op)
             bound = comm.calls.get(key)
-            if bound is not None and _on(comm, output) and _on(comm, input):
+            if bound is not None and output.is_contiguous() and input.is_contiguous() and comm.on_device(output) \
+                    and comm.on_device(input):
                 return bound(output, input)
     except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable argument: in full
         key = None
@@ -180,7 +189,8 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         nbytes = input.numel() * input.element_size()
         bound = _bind(comm, (canonical, key), "reduce_scatter", algorithm, nbytes, input.dtype, input.numel(),
                       reduction.op, compression, async_op,
-                      lambda plan: calls.reduce_scatter_body(comm, plan, reduction, input.dtype, nbytes))
+                      lambda plan, keep: calls.reduce_scatter_body(comm, plan, reduction, input.dtype, nbytes,
+                                                                   keep))
     return bound(output, input)
 
 
@@ -192,10 +202,11 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
     comm = comm or default_communicator()
     key = None
     try:
-        if type(op) in _KEYED_OPS:
-            key = ("all_reduce", tensor.dtype, tensor.numel(), op, algorithm, compression, async_op)
+        if op is _SUM or type(op) in _KEYED_OPS:
+            key = ("all_reduce", tensor.dtype, tensor.numel(), "sum" if op is _SUM else op, algorithm, compression,
+                   async_op)
             bound = comm.calls.get(key)
-            if bound is not None and _on(comm, tensor):
+            if bound is not None and tensor.is_contiguous() and comm.on_device(tensor):
                 return bound(tensor)
     except (AttributeError, TypeError, RuntimeError):  # not a tensor, an unhashable argument: in full
         key = None
@@ -211,7 +222,7 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
         nbytes = tensor.numel() * tensor.element_size()
         bound = _bind(comm, (canonical, key), "all_reduce", algorithm, nbytes, tensor.dtype, tensor.numel(),
                       reduction.op, compression, async_op,
-                      lambda plan: calls.all_reduce_body(comm, plan, reduction, tensor.dtype, nbytes))
+                      lambda plan, keep: calls.all_reduce_body(comm, plan, reduction, tensor.dtype, nbytes, keep))
     return bound(tensor)
 
 

@@ -10,7 +10,9 @@ the ``persistent`` collectives of MPI 4 do for one buffer.
 
 The cache lives on the communicator (``Communicator.calls``), is bounded (:data:`MAX_SHAPES`: a program with
 ever-new sizes starts over), and goes with it. A plan online tuning has not decided yet is not cached: its
-calls choose anew each time, as the tuner wants.
+calls choose anew each time, as the tuner wants. Small blocking calls of a cached shape on one of MPI's own
+collectives run it as an MPI-4 persistent collective (``MPITransport.bind_*``); binding one is collective, which
+holds because every rank binds the same shapes at the same calls of a sound program.
 """
 
 from __future__ import annotations
@@ -40,14 +42,18 @@ an all-reduce, or for an all-gather whose input is this rank's block of the outp
 class BoundCall:
     """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
 
-    __slots__ = ("comm", "plan", "body", "nbytes", "entry", "async_op", "signature", "__weakref__")
+    __slots__ = ("comm", "plan", "body", "nbytes", "block", "offset", "entry", "async_op", "signature", "__weakref__")
 
     def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
         self.comm = comm
         self.plan = plan
         self.body = body
         self.nbytes = nbytes
-        """The caller's buffer bytes a call moves (what ``stats()`` counts)."""
+        """The caller's buffer bytes a call moves (what ``stats()`` counts): the full buffer."""
+        self.block = nbytes // comm.topology.world_size
+        """Bytes of one rank's block of the full buffer."""
+        self.offset = comm.topology.rank * self.block
+        """Where this rank's block starts in the full buffer, in bytes (the in-place all-gather's input)."""
         self.async_op = async_op
         self.entry = comm.stats.entry(plan)
         """This plan's counters (``[calls, bytes, seconds]``), updated in place."""
@@ -70,12 +76,23 @@ class BoundCall:
                         self.plan.name)
         if executor._last is not None:
             executor.drain()
-        self.run(sequence, a, b)
+        if self.signature is not None:
+            self.run(sequence, a, b)
+            return None
+        start = perf_counter()  # the plain blocking call, inlined: a Python call less than run()
+        try:
+            self.body(a, b)
+        except Exception as exc:
+            raise self._failed(exc, sequence)
+        entry = self.entry
+        entry[0] += 1
+        entry[1] += self.nbytes
+        entry[2] += perf_counter() - start
         return None
 
     def run(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """Run call ``sequence``: agree on its signature (checking on), time and count it, and turn failures into
-        errors that break the communicator (a ``PcclTimeoutError`` for a peer that never answered)."""
+        """Run call ``sequence``: agree on its signature (checking on), time and count it (what ``__call__`` does
+        inline for a plain blocking call)."""
         comm, plan = self.comm, self.plan
         try:
             if self.signature is not None:
@@ -85,31 +102,49 @@ class BoundCall:
                     comm.world.barrier()
             start = perf_counter()
             result = self.body(a, b)
-            seconds = perf_counter() - start
-            entry = self.entry
-            entry[0] += 1
-            entry[1] += self.nbytes
-            entry[2] += seconds
-            if plan.probe is not None:
-                plan.probe(seconds)
-            return result
-        except PcclMismatchError:
-            raise  # found before any data moved: the communicator is still sound
-        except Stalled as exc:
-            error = PcclTimeoutError(plan.collective, sequence, plan.name, comm.topology.rank, exc)
-            comm.mark_broken(error)
-            raise error from exc
         except Exception as exc:
-            comm.mark_broken(PcclError(f"pccl {plan.collective} #{sequence} ({plan.name}) failed: {exc}"))
-            raise
+            raise self._failed(exc, sequence)
+        seconds = perf_counter() - start
+        entry = self.entry
+        entry[0] += 1
+        entry[1] += self.nbytes
+        entry[2] += seconds
+        if plan.probe is not None:
+            plan.probe(seconds)
+        return result
+
+    def _failed(self, exc: Exception, sequence: int) -> Exception:
+        """The error call ``sequence`` raises for ``exc``: a mismatch found before any data moved leaves the
+        communicator sound; anything else breaks it, a peer that never answered as ``PcclTimeoutError``."""
+        comm, plan = self.comm, self.plan
+        if isinstance(exc, PcclMismatchError):
+            return exc
+        if isinstance(exc, Stalled):
+            error = PcclTimeoutError(plan.collective, sequence, plan.name, comm.topology.rank, exc)
+            error.__cause__ = exc
+            comm.mark_broken(error)
+            return error
+        comm.mark_broken(PcclError(f"pccl {plan.collective} #{sequence} ({plan.name}) failed: {exc}"))
+        return exc
 
 
-def remember(comm, key: tuple, bound: BoundCall) -> BoundCall:
-    """Keep ``bound`` for the calls of ``key`` (bounded: the cache starts over when full)."""
-    calls = comm.calls
-    if len(calls) >= MAX_SHAPES:
-        calls.clear()
-    calls[key] = bound
+def make_room(comm) -> None:
+    """Before binding a shape for keeps: start the cache over once it holds :data:`MAX_SHAPES` shapes, freeing
+    the persistent collectives its bound calls held. It counts shapes bound, which every rank binds at the same
+    calls, so every rank starts over at the same call (binding a persistent collective is collective)."""
+    if comm.bound_shapes >= MAX_SHAPES:
+        comm.calls.clear()
+        comm.bound_shapes = 0
+        if isinstance(comm.world, MPITransport):
+            comm.world.release_persistent()
+
+
+def remember(comm, keys: tuple[tuple | None, ...], bound: BoundCall) -> BoundCall:
+    """Keep ``bound`` for the calls of each of ``keys`` (after :func:`make_room`)."""
+    comm.bound_shapes += 1
+    for key in keys:
+        if key is not None:
+            comm.calls[key] = bound
     return bound
 
 
@@ -125,10 +160,11 @@ def _native_world(comm, plan: Plan) -> MPITransport | None:
     return comm.world
 
 
-def all_reduce_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, nbytes: int) -> Body:
-    """The body of an all-reduce of ``nbytes`` of ``dtype`` with ``reduction`` under ``plan``."""
+def all_reduce_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, nbytes: int, persistent: bool) -> Body:
+    """The body of an all-reduce of ``nbytes`` of ``dtype`` with ``reduction`` under ``plan``; ``persistent``: a
+    shape bound for keeps on every rank at this call, which may hold a persistent collective."""
     world = _native_world(comm, plan)
-    native = world.bind_all_reduce(dtype, nbytes, reduction.combine) if world is not None else None
+    native = world.bind_all_reduce(dtype, nbytes, reduction.combine, persistent=persistent) if world else None
     pre_scale, divide = reduction.pre_scale, reduction.divide_by_world
     if native is not None and pre_scale is None and not divide:
         return native  # the common case: MPI's own call, nothing around it
@@ -149,10 +185,10 @@ def all_reduce_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, 
     return body
 
 
-def all_gather_body(comm, plan: Plan, nbytes: int) -> Body:
+def all_gather_body(comm, plan: Plan, nbytes: int, persistent: bool) -> Body:
     """The body of an all-gather into an output of ``nbytes`` under ``plan``; an input of None: in place."""
     world = _native_world(comm, plan)
-    native = world.bind_all_gather(nbytes // comm.topology.world_size) if world is not None else None
+    native = world.bind_all_gather(nbytes // comm.topology.world_size, persistent=persistent) if world else None
     if native is not None:
         return native
     rank, world_size = comm.topology.rank, comm.topology.world_size
@@ -168,11 +204,12 @@ def all_gather_body(comm, plan: Plan, nbytes: int) -> Body:
     return body
 
 
-def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, nbytes: int) -> Body:
+def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dtype, nbytes: int,
+                        persistent: bool) -> Body:
     """The body of a reduce-scatter of an input of ``nbytes`` of ``dtype`` with ``reduction`` under ``plan``;
     an output that overlaps the input gets its result through a temporary."""
     world = _native_world(comm, plan)
-    native = world.bind_reduce_scatter(dtype, nbytes, reduction.combine) if world is not None else None
+    native = world.bind_reduce_scatter(dtype, nbytes, reduction.combine, persistent=persistent) if world else None
     pre_scale, divide = reduction.pre_scale, reduction.divide_by_world
     combine, world_size = reduction.combine, comm.topology.world_size
     out_bytes = nbytes // world_size

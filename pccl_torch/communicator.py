@@ -35,11 +35,13 @@ import atexit
 import datetime
 import functools
 import logging
+import operator
 import os
 import sys
 import socket
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -195,11 +197,16 @@ class Communicator:
     closed: bool = False
     calls: dict = field(default_factory=dict, repr=False)
     """The call-shape cache: a bound call per call shape (``pccl_torch.calls``), dropped with the communicator."""
-    cuda_index: int = field(init=False)
-    """The CUDA device index of this communicator's tensors; -1 for CPU tensors (what ``get_device()`` says)."""
+    bound_shapes: int = 0
+    """Shapes bound into :attr:`calls` since it last started over."""
+    on_device: Callable[[torch.Tensor], bool] = field(init=False, repr=False)
+    """Whether a tensor lives on this communicator's device (a C-level getter for CPU: the call-shape cache asks
+    on every call)."""
 
     def __post_init__(self) -> None:
-        self.cuda_index = -1 if self.device.type == "cpu" else self.device.index
+        index = self.device.index
+        self.on_device = operator.attrgetter("is_cpu") if self.device.type == "cpu" else \
+            (lambda tensor: tensor.get_device() == index)
         wants_triton(torch.empty(0, device=self.device))  # a bad PCCL_KERNELS fails here, not mid-collective
         _LIVE.add(self)
         topo = self.topology

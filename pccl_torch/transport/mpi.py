@@ -74,21 +74,40 @@ def _unchanged(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Ten
     return tensor
 
 
+PERSISTENT_MAX_BYTES = 4096
+"""The largest buffer a bound call runs as a persistent collective over staging copies (``bind_*``)."""
+
+
+@functools.cache
+def _persistent_collectives() -> bool:
+    """Whether this MPI has MPI-4's persistent collectives (MPICH 4+, Open MPI 5+; the same on every rank)."""
+    return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
+
+
+class _AddressViews:
+    """The memory view of the last tensor address seen, made again only when the address changes (a training
+    loop passes the same buffers call after call)."""
+
+    __slots__ = ("nbytes", "address", "view")
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes, self.address, self.view = nbytes, None, None
+
+    def of(self, tensor: torch.Tensor) -> memoryview:
+        address = tensor.data_ptr()
+        if address != self.address:
+            self.address, self.view = address, memoryview(MPI.buffer.fromaddress(address, self.nbytes))
+        return self.view
+
+
 def _bound_copy(nbytes: int) -> BoundNative:
     """An all-gather or reduce-scatter over one rank: the input's bytes into the output (in distinct host
     memory; an input of None is the output already), copied by the buffers' memory views (no torch op)."""
-    last: list = [None, None, None, None]  # output address, its view, input address, its view
+    outputs, inputs = _AddressViews(nbytes), _AddressViews(nbytes)
 
     def run(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
-        if inp is None or not nbytes:
-            return out
-        address = out.data_ptr()
-        if address != last[0]:
-            last[0], last[1] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
-        address = inp.data_ptr()
-        if address != last[2]:
-            last[2], last[3] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
-        last[1][:] = last[3]
+        if inp is not None and nbytes:
+            outputs.of(out)[:] = inputs.of(inp)
         return out
 
     return run
@@ -159,6 +178,7 @@ class MPITransport(Transport):
         self.comm = comm
         self._typical: dict[tuple[str, int], float] = {}  # fastest recent seconds per kind of wait (_learn)
         self._watches: dict[str, watchdog.Watch] = {}  # the watchdog's watch per kind of blocking call
+        self._requests: list[MPI.Prequest] = []  # persistent collectives bound by bind_* (release_persistent)
         self._owned = owned
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
@@ -247,19 +267,51 @@ class MPITransport(Transport):
         finally:
             watch.disarm()
 
-    # Bound native collectives: for the call-shape cache (``pccl_torch.calls``), MPI's blocking collective on
-    # host tensors of one size and dtype as a single callable ``run(a, b) -> a`` (``a`` the buffer or output,
-    # ``b`` the input), everything that does not change between the calls of one shape (datatype, op, watch,
-    # and the MPI message of the last address seen) decided once. None where the general path must run
-    # (polled waits, dtypes MPI does not reduce).
-    def bind_all_reduce(self, dtype: torch.dtype, nbytes: int, op: ReduceOp) -> BoundNative | None:
+    # Bound native collectives: for the call-shape cache (``pccl_torch.calls``), MPI's own collective on host
+    # tensors of one size and dtype as a single callable ``run(a, b) -> a`` (``a`` the buffer or output, ``b`` the
+    # input), everything that does not change between the calls of one shape (datatype, op, watch, the MPI
+    # message of the last address seen) decided once. None where the general path must run (polled waits,
+    # dtypes MPI does not reduce).
+    #
+    # ``persistent``: a call up to PERSISTENT_MAX_BYTES runs an MPI-4 persistent collective over staging buffers
+    # of its own (``*_init`` once, then ``Start``/``Wait``): MPICH's persistent collectives skip the per-call
+    # setup of the blocking ones (2 ranks, 1 KiB, median of the slower rank: all-reduce 2.19 us with both
+    # copies against 3.00 us blocking, all-gather 2.15 against 2.51), and the copies cost less than that up to
+    # ~4 KiB (16 KiB: 9.4 against 8.9 us). ``*_init`` is collective: the caller asks for it only where every
+    # rank binds the same shapes at the same call (``pccl_torch.calls``: final shapes, in issue order).
+    def bind_all_reduce(self, dtype: torch.dtype, nbytes: int, op: ReduceOp, *,
+                        persistent: bool = False) -> BoundNative | None:
         """In-place all-reduce of a host tensor of ``dtype`` and ``nbytes``."""
         if self._size == 1:
             return _unchanged
         if not self.blocking or dtype not in _MPI_TYPES:
             return None
-        watch, allreduce, datatype, mpi_op = (self._watch("MPI's native all-reduce"), self.comm.Allreduce,
-                                              _MPI_TYPES[dtype], _MPI_OPS[op])
+        watch, datatype, mpi_op = self._watch("MPI's native all-reduce"), _MPI_TYPES[dtype], _MPI_OPS[op]
+        staged = self._staging(nbytes, persistent)
+        if staged is not None:
+            request = self._persistent(lambda: self.comm.Allreduce_init(MPI.IN_PLACE, [staged, datatype], mpi_op))
+            start, wait, failed = request.Start, request.Wait, self._failure_of(watch)
+            seen: list = [None, None]  # the buffer's address, its view
+
+            def run_persistent(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
+                address = tensor.data_ptr()
+                if address != seen[0]:
+                    seen[0], seen[1] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
+                view = seen[1]
+                staged[:] = view
+                watch.since = time.perf_counter()
+                try:
+                    start()
+                    wait()
+                except MPI.Exception as exc:
+                    raise failed(exc) from exc
+                finally:
+                    watch.since = 0.0
+                view[:] = staged
+                return tensor
+
+            return run_persistent
+        allreduce = self.comm.Allreduce
         last: list = [None, None]  # the buffer's address, its message
 
         def run(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
@@ -277,14 +329,45 @@ class MPITransport(Transport):
 
         return run
 
-    def bind_all_gather(self, nbytes: int) -> BoundNative | None:
+    def bind_all_gather(self, nbytes: int, *, persistent: bool = False) -> BoundNative | None:
         """All-gather of ``nbytes`` from each rank's host input into the output; an input of None is this
         rank's block of the output already (MPI's ``IN_PLACE``)."""
         if self._size == 1:
             return _bound_copy(nbytes)
         if not self.blocking:
             return None
-        watch, allgather, total = self._watch("MPI's native all-gather"), self.comm.Allgather, nbytes * self._size
+        watch, total = self._watch("MPI's native all-gather"), nbytes * self._size
+        staged_in, staged_out = self._staging(nbytes, persistent), self._staging(total, persistent)
+        if staged_in is not None and staged_out is not None:
+            request = self._persistent(lambda: self.comm.Allgather_init(staged_in, staged_out))
+            start, wait, failed = request.Start, request.Wait, self._failure_of(watch)
+            own = slice(self._rank * nbytes, (self._rank + 1) * nbytes)
+            seen: list = [None, None, None, None]  # output address, its view, input address, its view
+
+            def run_persistent(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
+                address = out.data_ptr()
+                if address != seen[0]:
+                    seen[0], seen[1] = address, memoryview(MPI.buffer.fromaddress(address, total))
+                if inp is None:
+                    staged_in[:] = seen[1][own]
+                else:
+                    address = inp.data_ptr()
+                    if address != seen[2]:
+                        seen[2], seen[3] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
+                    staged_in[:] = seen[3]
+                watch.since = time.perf_counter()
+                try:
+                    start()
+                    wait()
+                except MPI.Exception as exc:
+                    raise failed(exc) from exc
+                finally:
+                    watch.since = 0.0
+                seen[1][:] = staged_out
+                return out
+
+            return run_persistent
+        allgather = self.comm.Allgather
         last: list = [None, None, None, None]  # output address, its buffer, input address, its buffer
 
         def run(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
@@ -309,15 +392,43 @@ class MPITransport(Transport):
 
         return run
 
-    def bind_reduce_scatter(self, dtype: torch.dtype, nbytes: int, op: ReduceOp) -> BoundNative | None:
+    def bind_reduce_scatter(self, dtype: torch.dtype, nbytes: int, op: ReduceOp, *,
+                            persistent: bool = False) -> BoundNative | None:
         """Reduce-scatter of a host input of ``nbytes`` (every rank's blocks) into an output in other memory."""
         if self._size == 1:
             return _bound_copy(nbytes)
         if not self.blocking or dtype not in _MPI_TYPES:
             return None
-        watch, call, datatype, mpi_op = (self._watch("MPI's native reduce-scatter"), self.comm.Reduce_scatter_block,
-                                         _MPI_TYPES[dtype], _MPI_OPS[op])
+        watch, datatype, mpi_op = self._watch("MPI's native reduce-scatter"), _MPI_TYPES[dtype], _MPI_OPS[op]
         block = nbytes // self._size
+        staged_in, staged_out = self._staging(nbytes, persistent), self._staging(block, persistent)
+        if staged_in is not None and staged_out is not None:
+            request = self._persistent(lambda: self.comm.Reduce_scatter_block_init(
+                [staged_in, datatype], [staged_out, datatype], mpi_op))
+            start, wait, failed = request.Start, request.Wait, self._failure_of(watch)
+            seen: list = [None, None, None, None]  # input address, its view, output address, its view
+
+            def run_persistent(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+                address = inp.data_ptr()
+                if address != seen[0]:
+                    seen[0], seen[1] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
+                staged_in[:] = seen[1]
+                watch.since = time.perf_counter()
+                try:
+                    start()
+                    wait()
+                except MPI.Exception as exc:
+                    raise failed(exc) from exc
+                finally:
+                    watch.since = 0.0
+                address = out.data_ptr()
+                if address != seen[2]:
+                    seen[2], seen[3] = address, memoryview(MPI.buffer.fromaddress(address, block))
+                seen[3][:] = staged_out
+                return out
+
+            return run_persistent
+        call = self.comm.Reduce_scatter_block
         last: list = [None, None, None, None]  # input address, its message, output address, its message
 
         def run(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
@@ -337,6 +448,30 @@ class MPITransport(Transport):
             return out
 
         return run
+
+    @staticmethod
+    def _staging(nbytes: int, persistent: bool) -> memoryview | None:
+        """A staging buffer for a persistent collective of ``nbytes`` (None when it would not pay)."""
+        if not persistent or not 0 < nbytes <= PERSISTENT_MAX_BYTES or not _persistent_collectives():
+            return None
+        return memoryview(bytearray(nbytes))
+
+    def _persistent(self, init: Callable[[], "MPI.Prequest"]) -> "MPI.Prequest":
+        """A persistent collective request from ``init`` (collective), freed by :meth:`release_persistent`."""
+        request = init()
+        self._requests.append(request)
+        return request
+
+    def _failure_of(self, watch: watchdog.Watch) -> Callable[["MPI.Exception"], Stalled]:
+        """What a bound call raises for an MPI error (only a fault-tolerant MPI reports one): ``Stalled``."""
+        return lambda exc: self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0)
+
+    def release_persistent(self) -> None:
+        """Free the persistent collectives bound so far (inactive: a local call); their bound calls must be gone."""
+        for request in self._requests:
+            if request != MPI.REQUEST_NULL:
+                request.Free()
+        self._requests.clear()
 
     def _complete_collective(self, request: "MPI.Request", what: str, nbytes: int) -> None:
         self._complete([request], [None], what, nbytes)
@@ -523,6 +658,7 @@ class MPITransport(Transport):
             tensor.copy_(staged)
 
     def close(self) -> None:
+        self.release_persistent()
         if self._owned and self.comm != MPI.COMM_NULL:
             self.comm.Free()
             self.comm = MPI.COMM_NULL
