@@ -22,8 +22,9 @@ must list that command among its markers, so what the reader is told to run is w
 
 The snippets are complete programs (imports, tensors, models included): one that needs a name from another
 block is wrong as written. Snippets with the same command run in one launch (but one launch per snippet
-under torchrun, see :func:`_groups`), one after another in each process (``snippet_runner.py``: fresh globals, ``sys.argv`` as the launcher gave it, pccl and torch.distributed
-torn down between snippets). Checked per launch: the exit status is 0, every rank wrote its result after its
+under torchrun, see :func:`_groups`), one after another in each process (``snippet_runner.py``: fresh
+globals, ``sys.argv`` as the launcher gave it, pccl and torch.distributed torn down between snippets).
+Checked per launch: the exit status is 0, every rank wrote its result after its
 last snippet (``rank_result``), every snippet finished on every rank, and each used pccl (its default group's
 backend names pccl, or pccl counted at least one collective)."""
 
@@ -140,7 +141,8 @@ def to_launch(command: str, port: int = 0) -> Launch:
     elif launcher == "torchrun":
         if "--standalone" not in tokens:
             raise ValueError(f"{command!r}: torchrun needs --standalone here (a free port, no clash with other jobs)")
-        ranks, head = _option(tokens, "--nproc-per-node", "--nproc_per_node"), [sys.executable, "-m", "torch.distributed.run"]
+        ranks = _option(tokens, "--nproc-per-node", "--nproc_per_node")
+        head = [sys.executable, "-m", "torch.distributed.run"]
     else:
         if "{port}" not in command:
             raise ValueError(f"{command!r}: give deepspeed --master_port {{port}} (its default 29500 clashes)")
