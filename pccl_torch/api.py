@@ -92,6 +92,8 @@ def _on(comm: Communicator, tensor: torch.Tensor) -> bool:
     return tensor.is_contiguous() and comm.on_device(tensor)
 
 
+_UNCHECKED = object()
+"""An all-gather call whose input the cached path has not placed (in place: None; else the input)."""
 _SUM = ReduceOp.SUM
 """The default op, keyed as ``"sum"`` (the same reduction): an Enum member hashes in Python, ~0.1 us a call."""
 _KEYED_OPS = frozenset((ReduceOp, Reduction, str, type(dist.ReduceOp.SUM)))
@@ -124,6 +126,7 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
     crosses nodes; every rank then holds the same decoded values, its own block included.
     """
     comm = comm or default_communicator()
+    ready = _UNCHECKED
     try:
         key = ("all_gather", output.dtype, output.numel(), input.dtype, input.numel(), algorithm, compression, async_op)
         bound = comm.calls.get(key)
@@ -132,11 +135,13 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
             out_ptr, in_ptr = output.data_ptr(), input.data_ptr()
             block = bound.block
             if block and in_ptr == out_ptr + bound.offset:
-                return bound(output, None)  # in place: the input is this rank's block of the output
-            if in_ptr >= out_ptr + bound.nbytes or out_ptr >= in_ptr + block:
-                return bound(output, input)
+                ready = None  # in place: the input is this rank's block of the output
+            elif in_ptr >= out_ptr + bound.nbytes or out_ptr >= in_ptr + block:
+                ready = input
     except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable argument: validate in full
         key = None
+    if ready is not _UNCHECKED:  # outside the try: the collective's own errors are never caught here
+        return bound(output, ready)
     check_tensor(output, "output", comm.device)
     check_tensor(input, "input", comm.device)
     check_same_dtype(output, input)
@@ -163,17 +168,18 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     With ``compression``, contributions crossing nodes are encoded once and combined in float32.
     """
     comm = comm or default_communicator()
-    key = None
+    key, ready = None, False
     try:
         if op is _SUM or type(op) in _KEYED_OPS:
             key = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(),
                    "sum" if op is _SUM else op, algorithm, compression, async_op)
             bound = comm.calls.get(key)
-            if bound is not None and output.is_contiguous() and input.is_contiguous() and comm.on_device(output) \
-                    and comm.on_device(input):
-                return bound(output, input)
+            ready = bound is not None and output.is_contiguous() and input.is_contiguous() and \
+                comm.on_device(output) and comm.on_device(input)
     except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable argument: in full
         key = None
+    if ready:  # outside the try: the collective's own errors are never caught here
+        return bound(output, input)
     reduction = as_reduction(op)
     canonical = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), reduction, algorithm,
                  compression, async_op) if isinstance(input, torch.Tensor) and isinstance(output, torch.Tensor) else None
@@ -200,16 +206,17 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
     """In place element-wise ``op`` over every rank's ``tensor``; bitwise identical on every rank (with
     ``compression`` too: every rank decodes the same bytes)."""
     comm = comm or default_communicator()
-    key = None
+    key, ready = None, False
     try:
         if op is _SUM or type(op) in _KEYED_OPS:
             key = ("all_reduce", tensor.dtype, tensor.numel(), "sum" if op is _SUM else op, algorithm, compression,
                    async_op)
             bound = comm.calls.get(key)
-            if bound is not None and tensor.is_contiguous() and comm.on_device(tensor):
-                return bound(tensor)
+            ready = bound is not None and tensor.is_contiguous() and comm.on_device(tensor)
     except (AttributeError, TypeError, RuntimeError):  # not a tensor, an unhashable argument: in full
         key = None
+    if ready:  # outside the try: the collective's own errors are never caught here
+        return bound(tensor)
     reduction = as_reduction(op)
     canonical = ("all_reduce", tensor.dtype, tensor.numel(), reduction, algorithm, compression, async_op) \
         if isinstance(tensor, torch.Tensor) else None

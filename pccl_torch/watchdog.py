@@ -28,9 +28,9 @@ _lock = threading.Lock()
 
 
 class Watch:
-    """The watch of one kind of blocking call (a transport's all-reduce, say): :meth:`arm` before the call,
-    :meth:`disarm` after it. Each is one attribute store, so a call bound once (``pccl_torch.calls``) pays
-    ~0.1 us a call for its watch; the thread reads every live watch each tick."""
+    """The watch of one kind of blocking call (a transport's all-reduce, say): :attr:`since` is set to
+    ``time.perf_counter()`` before the call and to 0.0 after it, one attribute store each, so a call bound once
+    (``pccl_torch.calls``) pays ~0.1 us for its watch; the thread reads every live watch each tick."""
 
     __slots__ = ("since", "timeout_s", "what", "__weakref__")
 
@@ -42,12 +42,6 @@ class Watch:
         _watches.add(self)
         if _thread is None:
             _start()
-
-    def arm(self) -> None:
-        self.since = time.perf_counter()
-
-    def disarm(self) -> None:
-        self.since = 0.0
 
 
 _watches: weakref.WeakSet[Watch] = weakref.WeakSet()

@@ -84,6 +84,18 @@ def _persistent_collectives() -> bool:
     return MPI.Get_version() >= (4, 0) and hasattr(MPI.Comm, "Allreduce_init")
 
 
+def _call_watched(watch: watchdog.Watch, failed: Callable[["MPI.Exception"], Stalled], call, *args) -> None:
+    """``call(*args)``, a blocking MPI call, under ``watch``; an error a fault-tolerant MPI reports becomes
+    ``failed(exc)`` (``Stalled``)."""
+    watch.since = time.perf_counter()
+    try:
+        call(*args)
+    except MPI.Exception as exc:
+        raise failed(exc) from exc
+    finally:
+        watch.since = 0.0
+
+
 class _AddressViews:
     """The memory view of the last tensor address seen, made again only when the address changes (a training
     loop passes the same buffers call after call)."""
@@ -259,13 +271,7 @@ class MPITransport(Transport):
         """``call(*args)``, a blocking MPI collective, watched by the watchdog for the transport's timeout;
         a failure a fault-tolerant MPI reports becomes ``Stalled`` as in the polled path."""
         watch = self._watch(what)
-        watch.arm()
-        try:
-            call(*args)
-        except MPI.Exception as exc:
-            raise self._process_failure(exc.Get_error_class(), [None], what, 0.0) from exc
-        finally:
-            watch.disarm()
+        _call_watched(watch, self._failure_of(watch), call, *args)
 
     # Bound native collectives: for the call-shape cache (``pccl_torch.calls``), MPI's own collective on host
     # tensors of one size and dtype as a single callable ``run(a, b) -> a`` (``a`` the buffer or output, ``b`` the
@@ -287,10 +293,11 @@ class MPITransport(Transport):
         if not self.blocking or dtype not in _MPI_TYPES:
             return None
         watch, datatype, mpi_op = self._watch("MPI's native all-reduce"), _MPI_TYPES[dtype], _MPI_OPS[op]
+        failed = self._failure_of(watch)
         staged = self._staging(nbytes, persistent)
         if staged is not None:
             request = self._persistent(lambda: self.comm.Allreduce_init(MPI.IN_PLACE, [staged, datatype], mpi_op))
-            start, wait, failed = request.Start, request.Wait, self._failure_of(watch)
+            start, wait = request.Start, request.Wait
             seen: list = [None, None]  # the buffer's address, its view
 
             def run_persistent(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
@@ -299,14 +306,8 @@ class MPITransport(Transport):
                     seen[0], seen[1] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
                 view = seen[1]
                 staged[:] = view
-                watch.since = time.perf_counter()
-                try:
-                    start()
-                    wait()
-                except MPI.Exception as exc:
-                    raise failed(exc) from exc
-                finally:
-                    watch.since = 0.0
+                start()  # a persistent collective's Start never blocks: only its Wait is watched
+                _call_watched(watch, failed, wait)
                 view[:] = staged
                 return tensor
 
@@ -318,13 +319,7 @@ class MPITransport(Transport):
             address = tensor.data_ptr()
             if address != last[0]:
                 last[0], last[1] = address, [MPI.buffer.fromaddress(address, nbytes), datatype]
-            watch.since = time.perf_counter()
-            try:
-                allreduce(MPI.IN_PLACE, last[1], mpi_op)
-            except MPI.Exception as exc:
-                raise self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0) from exc
-            finally:
-                watch.since = 0.0
+            _call_watched(watch, failed, allreduce, MPI.IN_PLACE, last[1], mpi_op)
             return tensor
 
         return run
@@ -337,10 +332,11 @@ class MPITransport(Transport):
         if not self.blocking:
             return None
         watch, total = self._watch("MPI's native all-gather"), nbytes * self._size
+        failed = self._failure_of(watch)
         staged_in, staged_out = self._staging(nbytes, persistent), self._staging(total, persistent)
         if staged_in is not None and staged_out is not None:
             request = self._persistent(lambda: self.comm.Allgather_init(staged_in, staged_out))
-            start, wait, failed = request.Start, request.Wait, self._failure_of(watch)
+            start, wait = request.Start, request.Wait
             own = slice(self._rank * nbytes, (self._rank + 1) * nbytes)
             seen: list = [None, None, None, None]  # output address, its view, input address, its view
 
@@ -355,14 +351,8 @@ class MPITransport(Transport):
                     if address != seen[2]:
                         seen[2], seen[3] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
                     staged_in[:] = seen[3]
-                watch.since = time.perf_counter()
-                try:
-                    start()
-                    wait()
-                except MPI.Exception as exc:
-                    raise failed(exc) from exc
-                finally:
-                    watch.since = 0.0
+                start()  # a persistent collective's Start never blocks: only its Wait is watched
+                _call_watched(watch, failed, wait)
                 seen[1][:] = staged_out
                 return out
 
@@ -381,13 +371,7 @@ class MPITransport(Transport):
                 if address != last[2]:
                     last[2], last[3] = address, MPI.buffer.fromaddress(address, nbytes)
                 send = last[3]
-            watch.since = time.perf_counter()
-            try:
-                allgather(send, last[1])
-            except MPI.Exception as exc:
-                raise self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0) from exc
-            finally:
-                watch.since = 0.0
+            _call_watched(watch, failed, allgather, send, last[1])
             return out
 
         return run
@@ -400,12 +384,13 @@ class MPITransport(Transport):
         if not self.blocking or dtype not in _MPI_TYPES:
             return None
         watch, datatype, mpi_op = self._watch("MPI's native reduce-scatter"), _MPI_TYPES[dtype], _MPI_OPS[op]
+        failed = self._failure_of(watch)
         block = nbytes // self._size
         staged_in, staged_out = self._staging(nbytes, persistent), self._staging(block, persistent)
         if staged_in is not None and staged_out is not None:
             request = self._persistent(lambda: self.comm.Reduce_scatter_block_init(
                 [staged_in, datatype], [staged_out, datatype], mpi_op))
-            start, wait, failed = request.Start, request.Wait, self._failure_of(watch)
+            start, wait = request.Start, request.Wait
             seen: list = [None, None, None, None]  # input address, its view, output address, its view
 
             def run_persistent(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
@@ -413,14 +398,8 @@ class MPITransport(Transport):
                 if address != seen[0]:
                     seen[0], seen[1] = address, memoryview(MPI.buffer.fromaddress(address, nbytes))
                 staged_in[:] = seen[1]
-                watch.since = time.perf_counter()
-                try:
-                    start()
-                    wait()
-                except MPI.Exception as exc:
-                    raise failed(exc) from exc
-                finally:
-                    watch.since = 0.0
+                start()  # a persistent collective's Start never blocks: only its Wait is watched
+                _call_watched(watch, failed, wait)
                 address = out.data_ptr()
                 if address != seen[2]:
                     seen[2], seen[3] = address, memoryview(MPI.buffer.fromaddress(address, block))
@@ -438,13 +417,7 @@ class MPITransport(Transport):
             address = out.data_ptr()
             if address != last[2]:
                 last[2], last[3] = address, [MPI.buffer.fromaddress(address, block), datatype]
-            watch.since = time.perf_counter()
-            try:
-                call(last[1], last[3], mpi_op)
-            except MPI.Exception as exc:
-                raise self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0) from exc
-            finally:
-                watch.since = 0.0
+            _call_watched(watch, failed, call, last[1], last[3], mpi_op)
             return out
 
         return run
