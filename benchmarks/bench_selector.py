@@ -12,10 +12,11 @@ from types import SimpleNamespace
 
 import torch
 
-from pccl_torch import api, heuristic
-from pccl_torch.choice import Choice
-from pccl_torch.selector.profile import Profile
-from pccl_torch.selector.runtime import Selector, profile_path
+from pccl_torch import api
+from pccl_torch.selection import heuristic
+from pccl_torch.selection import Choice
+from pccl_torch.selection.learned.profile import Profile
+from pccl_torch.selection.learned.runtime import Selector, profile_path
 from pccl_torch.topology import Topology
 
 

@@ -51,7 +51,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
 from pccl_torch import api, failure_notice
-from pccl_torch.choice import attach
+from pccl_torch.selection import attach
 from pccl_torch.communicator import Communicator, _free_port, checking_from_env, over_torch
 from pccl_torch.launcher import LaunchError, group_over, mpi_world, topology_from_store, transport_for
 from pccl_torch.ops import _FLOAT_ONLY, SUPPORTED_DTYPES, ReduceOp, Reduction, premul_sum

@@ -1,7 +1,7 @@
 """The public collectives: the single dispatch point.
 
 The first call of a shape validates its arguments (before any communication), chooses the algorithm
-(``pccl_torch.choice``: the explicit ``algorithm=``, else ``PCCL_ALGO``, else the selector, else the heuristic) and
+(``pccl_torch.selection.choice``: the explicit ``algorithm=``, else ``PCCL_ALGO``, else the selector, else the heuristic) and
 binds it (``pccl_torch.calls``); later calls of the shape re-check only device, contiguity and aliasing. Each runs
 in issue order on the communicator and returns ``None`` (blocking) or a :class:`~pccl_torch.work.Work`
 (``async_op=True``), as torch.distributed.
@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from pccl_torch import calls
 from pccl_torch.algorithms import Collective
-from pccl_torch.choice import attach, choice_of
+from pccl_torch.selection import attach, choice_of
 from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, default_communicator, is_initialized,
                                      require_uninitialized, set_default)
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
@@ -33,7 +33,7 @@ def init(comm=None, *, local_size: int | None = None, device: str | torch.device
          tune: str | None = None) -> Communicator:
     """Create the default communicator (``communicator.create``: collective over ``comm``, default
     ``MPI.COMM_WORLD``) with its algorithm choice, and return it. ``tune``: ``"online"`` or ``"off"``
-    (default ``PCCL_TUNE``, else off; ``pccl_torch.tuning``)."""
+    (default ``PCCL_TUNE``, else off; ``pccl_torch.selection.tuning``)."""
     require_uninitialized()
     created = create(comm, local_size=local_size, device=device, timeout=timeout, check=check)
     attach(created, tune)
@@ -42,7 +42,7 @@ def init(comm=None, *, local_size: int | None = None, device: str | torch.device
 
 def _plan(comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
           dtype: torch.dtype, compression: str | None = None, *, issued: bool = True) -> Plan:
-    """The one place algorithms (and wire formats) are chosen (see ``pccl_torch.choice``)."""
+    """The one place algorithms (and wire formats) are chosen (see ``pccl_torch.selection.choice``)."""
     choice = comm.choice
     if choice is None:
         choice = choice_of(comm)

@@ -12,7 +12,7 @@ one, under torchrun or DeepSpeed's launcher, the levels are torch groups: see ``
    (``Split(color=local_rank)``: one per local rank, so the local ranks of a node drive their NICs in parallel).
 
 The communicator holds transports and topology only; choosing algorithms is the API layer's job
-(``pccl_torch.choice``), which keeps its state for each communicator in :attr:`Communicator.choice`.
+(``pccl_torch.selection.choice``), which keeps its state for each communicator in :attr:`Communicator.choice`.
 
 Every wait is bounded by ``timeout`` (default 5 minutes). With ``PCCL_WAIT=bounded`` every wait is polled and
 a collective that cannot finish raises :class:`~pccl_torch.errors.PcclTimeoutError` on every live rank and
@@ -179,7 +179,7 @@ class Communicator:
     """This local rank's peers on every node over MPI (or a torch group): the inter-node phase."""
     owns_process_group: bool = False
     choice: object | None = None
-    """The API layer's algorithm-choice state for this communicator (``pccl_torch.choice``); opaque here."""
+    """The API layer's algorithm-choice state for this communicator (``pccl_torch.selection.choice``); opaque here."""
     timeout_s: float = DEFAULT_TIMEOUT.total_seconds()
     """How long any wait on a peer may take before the collective raises ``PcclTimeoutError``."""
     check: bool = False

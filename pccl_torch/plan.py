@@ -151,7 +151,7 @@ class Plan:
     (``compression.schedules``) replace the named one there. None: exact."""
 
     probe: Callable[[float], None] | None = dataclasses.field(default=None, compare=False, repr=False)
-    """Called with the call's seconds after it ran (online tuning's trial calls, ``pccl_torch.tuning``)."""
+    """Called with the call's seconds after it ran (online tuning's trial calls, ``pccl_torch.selection.tuning``)."""
 
     @property
     def pipelined(self) -> bool:

@@ -58,7 +58,7 @@ def _parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """Each command-line tool's parser, as (command, parser)."""
     from pccl_torch.bench.cli import build_parser as bench
     from pccl_torch.integrations.deepspeed import add_comm_arguments
-    from pccl_torch.selector.cli import build_parser as tune
+    from pccl_torch.selection.learned.cli import build_parser as tune
     from pccl_torch.sim.cli import parser as sim
     from pccl_torch.testbed.cli import build_parser as testbed
 
@@ -140,7 +140,7 @@ def _size(log2_bytes: float) -> str:
 
 def shipped_profile() -> str:
     """What the shipped selector profile was trained on, from its metadata (``configs/selector/default.json``)."""
-    from pccl_torch.selector.runtime import SHIPPED
+    from pccl_torch.selection.learned.runtime import SHIPPED
 
     meta = json.loads(SHIPPED.read_text())["metadata"]
     ranges = meta["feature_ranges"]

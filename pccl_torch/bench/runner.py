@@ -16,7 +16,8 @@ import torch
 from mpi4py import MPI
 
 import pccl_torch as pc
-from pccl_torch import compression, tuning
+from pccl_torch import compression
+from pccl_torch.selection import tuning
 from pccl_torch.bench.backends import Backend, make_call, parse_backends
 from pccl_torch.transport.base import Transport
 

@@ -5,7 +5,7 @@ is read once per communicator, as ``PCCL_ALGO`` is. The rule for dtypes a format
 on a bfloat16 tensor, anything on integers): an explicit ``compression=`` is an error, raised before any
 communication; the environment's choice leaves such calls exact, so a job-wide setting never breaks a
 framework's integer or already-16-bit collectives. On a single node nothing crosses a network, so the API
-layer (``pccl_torch.choice``) runs such calls exact after these checks.
+layer (``pccl_torch.selection.choice``) runs such calls exact after these checks.
 """
 
 from __future__ import annotations

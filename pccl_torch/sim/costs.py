@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pccl_torch.algorithms import COLLECTIVES, Collective
-from pccl_torch.heuristic import flat_choice
+from pccl_torch.selection.heuristic import flat_choice
 from pccl_torch.plan import HIER_PREFIX, PIPELINED, hierarchical_inner, intra_library, valid_names
 from pccl_torch.sim.machine import PARAMS, MachineProfile
 

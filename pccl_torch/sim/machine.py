@@ -120,7 +120,7 @@ class MachineProfile:
 
     def with_inter_link(self, latency_s: float, seconds_per_byte: float) -> "MachineProfile":
         """This machine behind a measured network: the inter-node latency and bandwidth (of MPI and of the
-        vendor ring across nodes) replaced by what ``pccl_torch.links`` measured."""
+        vendor ring across nodes) replaced by what ``pccl_torch.selection.links`` measured."""
         return dataclasses.replace(self, alpha_inter=latency_s, beta_inter=seconds_per_byte,
                                    beta_vendor_inter=seconds_per_byte,
                                    alpha_vendor_step=max(self.alpha_vendor_step, latency_s))

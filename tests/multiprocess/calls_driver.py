@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import pccl_torch as pc
 from pccl_torch import calls
-from pccl_torch.choice import attach
+from pccl_torch.selection import attach
 from pccl_torch.communicator import create
 from pccl_torch.errors import PcclMismatchError
 

@@ -30,7 +30,9 @@ def main() -> None:
             print(json.dumps({"errors": errors}))
         rank_result.write({"error": f"{type(exc).__name__}: {exc}"}, world.Get_rank())
         return
-    choices = [pc.choose_algorithm(c, n, comm) for c, n in CALLS]
+    # The agreed selector itself: on one machine pccl's choice is the native library whatever the profile says
+    # (choice.py), so the profile's answers are read from the selector every rank built from rank 0's copy.
+    choices = [comm.choice.selector.choose(c, n, comm.topology, 4) for c, n in CALLS]
     everyone = world.gather(choices, root=0)
     if comm.topology.rank == 0:
         print(json.dumps({"choices": choices, "agreed": all(c == choices for c in everyone)}))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pccl_torch.selector.dataset import Case, cases_from_model
-from pccl_torch.selector.runtime import Selector
-from pccl_torch.selector.train import train
+from pccl_torch.selection.learned.dataset import Case, cases_from_model
+from pccl_torch.selection.learned.runtime import Selector
+from pccl_torch.selection.learned.train import train
 from pccl_torch.sim.machine import load as load_machine
 from pccl_torch.topology import Topology
 

@@ -84,7 +84,7 @@ def test_hierarchical_collectives_across_namespaces(testbed: TestbedConfig, tmp_
     # MPI between namespaces goes through the shaped links; inside a namespace it does not.
     assert report["inter_mbit"] <= 1.15 * RATE_MBIT, report
     assert report["intra_mbit"] >= 2 * RATE_MBIT, report
-    # The links init() measured (pccl_torch.links): rank 0's numbers on every rank, the shaped rate between
+    # The links init() measured (pccl_torch.selection.links): rank 0's numbers on every rank, the shaped rate between
     # nodes, far faster inside one.
     links = report["links"]
     assert all(entry == links[0] for entry in links), links

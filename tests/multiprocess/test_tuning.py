@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pccl_torch.tuning import SMALL_BYTES, SMALL_TRIALS, SWITCH_MARGIN, TRIALS, WARMUP
+from pccl_torch.selection.tuning import SMALL_BYTES, SMALL_TRIALS, SWITCH_MARGIN, TRIALS, WARMUP
 
 from .conftest import launch_ranks
 

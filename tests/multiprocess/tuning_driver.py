@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 import pccl_torch as pc
 from pccl_torch import api
-from pccl_torch.choice import choice_of
+from pccl_torch.selection import choice_of
 
 if __package__:
     from . import rank_result

@@ -1,4 +1,4 @@
-"""The API layer's choice (pccl_torch.choice): order of the rules, the networked rule, device-valid names,
+"""The API layer's choice (pccl_torch.selection.choice): order of the rules, the networked rule, device-valid names,
 pipelined chunk counts, and the layering that keeps the choice out of the communicator."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pccl_torch import heuristic
-from pccl_torch.choice import Choice
+from pccl_torch.selection import heuristic
+from pccl_torch.selection import Choice
 from pccl_torch.plan import names_for, resolve, valid_names
 from pccl_torch.sim import costs
 from pccl_torch.sim.machine import load as load_machine
@@ -130,7 +130,7 @@ def test_names_per_device_have_no_duplicates_and_no_foreign_library() -> None:
 def test_selector_never_picks_a_name_of_another_device() -> None:
     """A profile that ranks hier-gloo:ring first (trained where gloo won): on CUDA tensors the selector
     skips it and returns the best-ranked name that runs there."""
-    from pccl_torch.selector.runtime import Selector
+    from pccl_torch.selection.learned.runtime import Selector
 
     ranking = ["hier-gloo:ring", "hier-nccl:ring", "hier:ring", "mpi"]
     profile = SimpleNamespace(metadata={}, machine_profile=None, in_range=lambda features: True,
@@ -165,13 +165,22 @@ def _imports(module: Path) -> set[str]:
 def test_the_communicator_does_not_choose_and_plans_do_not_know_communicators() -> None:
     """DESIGN.md's layers: transports and topology in the communicator, the choice above it."""
     communicator = _imports(PACKAGE / "communicator.py")
-    assert not any(m.startswith(("pccl_torch.selector", "pccl_torch.sim", "pccl_torch.plan", "pccl_torch.choice",
-                                 "pccl_torch.heuristic")) for m in communicator)
+    assert not any(m.startswith(("pccl_torch.selection", "pccl_torch.sim", "pccl_torch.plan")) for m in communicator)
     assert "pccl_torch.communicator" not in _imports(PACKAGE / "plan.py")
 
 
+def test_selection_lives_in_one_package_behind_one_entry_point() -> None:
+    """Issue 33: the per-call choice, the rules, the learned model, online tuning and the links all live in
+    pccl_torch/selection/; outside it, run-time code reaches selection only through the package's entry point."""
+    assert not any((PACKAGE / f"{old}.py").exists() for old in ("choice", "heuristic", "tuning", "links"))
+    assert not (PACKAGE / "selector").exists()
+    for user in ("api.py", "calls.py", "counters.py"):
+        deep = {m for m in _imports(PACKAGE / user) if m.startswith("pccl_torch.selection.")}
+        assert not deep, f"{user} imports {deep}: use pccl_torch.selection's entry point"
+
+
 def test_a_tuned_shape_runs_its_choice_and_skips_the_tuner_once_decided() -> None:
-    from pccl_torch.tuning import Tuner, shape_key, valid_names as tunable
+    from pccl_torch.selection.tuning import Tuner, shape_key, valid_names as tunable
 
     choice = Choice(overrides={})
     networked = comm(hosts=2)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from pccl_torch.bench import cli as bench_cli
-from pccl_torch.selector import cli as tune_cli
+from pccl_torch.selection.learned import cli as tune_cli
 from pccl_torch.sim import cli as sim_cli
 from pccl_torch.testbed import cli as testbed_cli
 from pccl_torch.units import plain, table
@@ -55,7 +55,7 @@ def test_fit_on_rows_that_are_not_pccl_bench_rows(tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize("module, argv, env, message", [
-    ("pccl_torch.selector.cli", ["--explain", "--ranks", "6", "--local-size", "4"], {},
+    ("pccl_torch.selection.learned.cli", ["--explain", "--ranks", "6", "--local-size", "4"], {},
      "local size 4 does not divide the world size 6"),
     ("pccl_torch.bench.cli", ["-b", "1K", "-e", "1K", "-c", "all_reduce", "--no-progress"],
      {"PCCL_ALGO": "all_reduce:foo"}, "PCCL_ALGO='all_reduce:foo': unknown all_reduce algorithm 'foo'"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pccl_torch import heuristic
+from pccl_torch.selection import heuristic
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.plan import valid_names
 from pccl_torch.topology import Topology
@@ -29,7 +29,7 @@ def test_heuristic_prefers_latency_schedules_for_small_and_bandwidth_for_large()
 
 
 def test_networked_rule_moves_with_the_measured_link() -> None:
-    from pccl_torch.heuristic import networked_choice
+    from pccl_torch.selection.heuristic import networked_choice
 
     # No link measured: the fixed thresholds (flat MPI below 256 KiB for all-gather/reduce-scatter, 4 MiB all-reduce).
     assert networked_choice("all_gather", 64 << 10, 2) == "mpi"

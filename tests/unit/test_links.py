@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from pccl_torch import links
-from pccl_torch.links import Link, Links
-from pccl_torch.selector.dataset import Case, cases_from_bench
-from pccl_torch.selector.features import FEATURE_NAMES, feature_vector
-from pccl_torch.selector.runtime import Selector
-from pccl_torch.selector.train import train
+from pccl_torch.selection import links
+from pccl_torch.selection.links import Link, Links
+from pccl_torch.selection.learned.dataset import Case, cases_from_bench
+from pccl_torch.selection.learned.features import FEATURE_NAMES, feature_vector
+from pccl_torch.selection.learned.runtime import Selector
+from pccl_torch.selection.learned.train import train
 from pccl_torch.topology import Topology
 
 GBIT = Links(Link(20e-6, 2.5e9), Link(40e-6, 1.2e8), "measured")  # ~1 Gbit/s between nodes, shared memory inside

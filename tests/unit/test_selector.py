@@ -10,10 +10,10 @@ import pytest
 
 from pccl_torch import plan
 from pccl_torch.plan import valid_names
-from pccl_torch.selector.dataset import Case, cases_from_model
-from pccl_torch.selector.profile import Profile, ProfileError
-from pccl_torch.selector.runtime import Selector
-from pccl_torch.selector.train import held_out_size_folds, train
+from pccl_torch.selection.learned.dataset import Case, cases_from_model
+from pccl_torch.selection.learned.profile import Profile, ProfileError
+from pccl_torch.selection.learned.runtime import Selector
+from pccl_torch.selection.learned.train import held_out_size_folds, train
 from pccl_torch.sim.machine import load as load_machine
 from pccl_torch.topology import Topology
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pccl_torch import tuning
-from pccl_torch.tuning import CACHE_FORMAT, Tuner, cached_choices, mode_from_env, valid_names
+from pccl_torch.selection import tuning
+from pccl_torch.selection.tuning import CACHE_FORMAT, Tuner, cached_choices, mode_from_env, valid_names
 
 LAYOUT = {"ranks": 4, "nodes": 2, "local_size": 2, "hosts": 2, "transport": "mpi", "device": "cpu"}
 
@@ -93,7 +93,7 @@ def test_exploration_runs_each_candidate_in_turn_with_a_probe() -> None:
 
 
 def test_pccl_tune_explain_shows_the_model_and_the_tuned_choice(tmp_path, monkeypatch, capsys) -> None:
-    from pccl_torch.selector import cli
+    from pccl_torch.selection.learned import cli
 
     cache = tmp_path / "tuned.json"
     cache.write_text(json.dumps({"format": CACHE_FORMAT, "entries": [

@@ -79,8 +79,8 @@ def measure(args: argparse.Namespace) -> list[Path]:
 
 def train_command(args: argparse.Namespace) -> int:
     from pccl_torch.bench.runner import versions
-    from pccl_torch.selector.dataset import cases_from_bench, cases_from_model
-    from pccl_torch.selector.train import train
+    from pccl_torch.selection.learned.dataset import cases_from_bench, cases_from_model
+    from pccl_torch.selection.learned.train import train
     from pccl_torch.sim.fit import fit
 
     files = [Path(f) for f in args.bench_json] + (measure(args) if args.nprocs else [])
@@ -123,9 +123,9 @@ def format_confusion(held_out) -> str:
 
 def explain_command(args: argparse.Namespace) -> int:
     from pccl_torch.plan import valid_names
-    from pccl_torch.selector.features import feature_vector
-    from pccl_torch.selector.profile import Profile
-    from pccl_torch.selector.runtime import Selector, profile_path
+    from pccl_torch.selection.learned.features import feature_vector
+    from pccl_torch.selection.learned.profile import Profile
+    from pccl_torch.selection.learned.runtime import Selector, profile_path
     from pccl_torch.topology import Topology
 
     path = args.profile or profile_path()
@@ -165,7 +165,7 @@ def explain_command(args: argparse.Namespace) -> int:
 def _explain_tuned(collective: str, nbytes: int, ranks: int, local_size: int) -> None:
     """What online tuning (PCCL_TUNE=online) chose for this call shape, from its cache, on every layout of these
     ranks (any transport, device, dtype)."""
-    from pccl_torch import tuning
+    from pccl_torch.selection import tuning
 
     path = tuning.default_cache()
     for entry in tuning.cache_entries(path):
@@ -180,7 +180,7 @@ def _explain_tuned(collective: str, nbytes: int, ranks: int, local_size: int) ->
 
 def _links_for(machine, ratio: float):
     """Links of a call to explain: the profile's intra-node link, and one ``ratio`` times slower between nodes."""
-    from pccl_torch.links import NONE, Link, Links
+    from pccl_torch.selection.links import NONE, Link, Links
 
     if ratio <= 1.0:
         return NONE

@@ -12,7 +12,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "ranks_power_of_two", "nodes_power_of_two", "log2_link_ratio",
 )
 """``log2_link_ratio``: how many times slower the link between nodes is than the one inside a node, measured at
-``init()`` (``pccl_torch.links``); 0 on emulated nodes sharing memory, ~3 at 1 Gbit/s here, ~5.5 at 200 Mbit/s."""
+``init()`` (``pccl_torch.selection.links``); 0 on emulated nodes sharing memory, ~3 at 1 Gbit/s here, ~5.5 at 200 Mbit/s."""
 
 
 def _pow2(x: int) -> float:

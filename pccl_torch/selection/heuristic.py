@@ -61,7 +61,7 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
 # all-reduce and reduce-scatter (0.63-0.76x), while the ring between nodes won (1.17x over gloo, 1.94x
 # over MPI): with a node count that is not a power of two those two take the ring.
 NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20}
-# With the inter-node link measured (pccl_torch.links), all-gather and reduce-scatter go hierarchical from the size
+# With the inter-node link measured (pccl_torch.selection.links), all-gather and reduce-scatter go hierarchical from the size
 # that takes this long on it: at 200 Mbit/s (25 MB/s measured) the 64 KiB hierarchical all-gather and reduce-scatter
 # were 1.8-3.1x faster than MPICH's flat ones (2.6 ms of link time), while at 1 Gbit/s (124 MB/s) flat MPI still won
 # at 64 KiB (0.5 ms) and lost at 256 KiB (2.1 ms). All-reduce keeps its threshold: MPICH's flat all-reduce stayed

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pccl_torch.plan import valid_names
-from pccl_torch.selector.dataset import Case
+from pccl_torch.selection.learned.dataset import Case
 
 
 def _classifier(name: str):

@@ -14,18 +14,18 @@ import logging
 import os
 from pathlib import Path
 
-from pccl_torch import heuristic
-from pccl_torch.links import NONE as NO_LINKS
-from pccl_torch.links import Links
+from pccl_torch.selection import heuristic
+from pccl_torch.selection.links import NONE as NO_LINKS
+from pccl_torch.selection.links import Links
 from pccl_torch.plan import names_for
-from pccl_torch.selector.features import feature_vector, link_feature
-from pccl_torch.selector.profile import PROFILE_ENV, Profile
+from pccl_torch.selection.learned.features import feature_vector, link_feature
+from pccl_torch.selection.learned.profile import PROFILE_ENV, Profile
 from pccl_torch.topology import Topology
 
 log = logging.getLogger(__name__)
 
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pccl-torch" / "profile.json"
-SHIPPED = Path(__file__).resolve().parents[2] / "configs" / "selector" / "default.json"
+SHIPPED = Path(__file__).resolve().parents[3] / "configs" / "selector" / "default.json"
 
 
 def profile_path() -> Path | None:

@@ -2,13 +2,13 @@
 
 For every communicator the API keeps a :class:`Choice`: ``PCCL_ALGO`` (read once when it is attached, as
 NCCL reads ``NCCL_ALGO``), the selector (rank 0's profile, broadcast, so every rank holds the same one), and
-the plans already resolved per call shape, and the links measured when it is attached (``pccl_torch.links``).
+the plans already resolved per call shape, and the links measured when it is attached (``pccl_torch.selection.links``).
 Order: explicit ``algorithm=``, then ``PCCL_ALGO``, then the selector, then the heuristic; across a network
 (several hosts) the selector decides only when its profile was trained on links like the measured ones (the
 link-ratio feature in range), and the measured rule of ``heuristic.networked_choice`` otherwise. A plan whose
 intra-node library does not serve the communicator's device
 fails here, before any communication; a pipelined plan gets its chunk count here (``sim.pipeline``). With
-online tuning (``PCCL_TUNE=online``, ``pccl_torch.tuning``) the calls that leave the choice to pccl (no
+online tuning (``PCCL_TUNE=online``, ``pccl_torch.selection.tuning``) the calls that leave the choice to pccl (no
 ``algorithm=``, no ``PCCL_ALGO``, exact) try that choice and the model's next best in turn, then keep the fastest.
 """
 
@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pccl_torch import heuristic, links, tuning
+from pccl_torch.selection import heuristic, links, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
 from pccl_torch.plan import HIER_PREFIX, Plan, env_overrides, names_for, resolve
-from pccl_torch.selector.profile import Profile, ProfileError
-from pccl_torch.selector.runtime import Selector, profile_path
+from pccl_torch.selection.learned.profile import Profile, ProfileError
+from pccl_torch.selection.learned.runtime import Selector, profile_path
 from pccl_torch.sim.pipeline import COMPRESSED_MIN_CHUNKS, pipeline_chunks
 from pccl_torch.transport.base import Transport
-from pccl_torch.tuning import Tuner
+from pccl_torch.selection.tuning import Tuner
 
 _PLANS_MAX = 4096
 

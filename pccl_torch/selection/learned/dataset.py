@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pccl_torch.plan import valid_names
-from pccl_torch.selector.features import feature_vector
+from pccl_torch.selection.learned.features import feature_vector
 from pccl_torch.sim import costs
 from pccl_torch.sim.machine import MachineProfile
 

@@ -11,10 +11,10 @@ from dataclasses import asdict
 
 import numpy as np
 
-from pccl_torch.selector.dataset import Case
-from pccl_torch.selector.features import FEATURE_NAMES, feature_vector
-from pccl_torch.selector.models import CANDIDATES, Scores, first_valid, score
-from pccl_torch.selector.profile import Profile, tree_to_dict
+from pccl_torch.selection.learned.dataset import Case
+from pccl_torch.selection.learned.features import FEATURE_NAMES, feature_vector
+from pccl_torch.selection.learned.models import CANDIDATES, Scores, first_valid, score
+from pccl_torch.selection.learned.profile import Profile, tree_to_dict
 
 
 def held_out_size_folds(cases: Sequence[Case], folds: int = 5) -> list[tuple[list[int], list[int]]]:

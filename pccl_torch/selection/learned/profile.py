@@ -18,7 +18,7 @@ from typing import Any
 
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.plan import valid_names
-from pccl_torch.selector.features import FEATURE_NAMES
+from pccl_torch.selection.learned.features import FEATURE_NAMES
 
 FORMAT = "pccl-selector"
 VERSION = 1
