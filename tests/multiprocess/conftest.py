@@ -150,3 +150,15 @@ def launch_ranks(script: str, ranks: int, *args: str, result_dir: Path, same: Se
     process = launch(script, ranks, *args, env=env, **options)
     return collect_ranks(process, ranks, result_dir, same=same, expected_exit=expected_exit,
                          what=f"{script} {' '.join(args)}"[:200])
+
+
+def torchrun_ranks(script: str, ranks: int, *args: str, result_dir: Path, same: Sequence[str] = (),
+                   expected_exit: int = 0, **options) -> RankLaunch:
+    """:func:`torchrun` with every rank's result collected and the exit status checked (:func:`collect_ranks`),
+    as :func:`launch_ranks` does for mpiexec. The ranks find ``result_dir`` (created empty here) in
+    ``PCCL_TEST_RESULT_DIR``."""
+    result_dir.mkdir(parents=True, exist_ok=False)
+    env = {**(options.pop("env", None) or {}), RESULT_DIR_ENV: str(result_dir)}
+    process = torchrun(script, ranks, *args, env=env, **options)
+    return collect_ranks(process, ranks, result_dir, same=same, expected_exit=expected_exit,
+                         what=f"torchrun {script} {' '.join(args)}"[:200])

@@ -1,7 +1,8 @@
 """FSDP2 with pccl's all-gather/reduce-scatter hooks, and FSDP1 over a pccl process group, each against
 the same run on gloo, under mpiexec.
 
-Prints "N passed, M failed" on rank 0 and writes --json.
+Prints "N passed, M failed" on rank 0 and writes --json. Every rank also writes its own result
+(``rank_result``) after ``pc.shutdown()`` returned.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from mpi4py import MPI
 from torch.distributed.device_mesh import init_device_mesh
 
 import pccl_torch as pc
+import rank_result  # this folder is on sys.path when the driver runs as a script
 from _training import sgd_steps  # this folder is on sys.path when the driver runs as a script
 from pccl_torch.integrations.fsdp import fully_shard
 
@@ -100,7 +102,9 @@ def main() -> int:
                 json.dump({"passed": size - len(failures), "failed": len(failures), "failures": failures,
                            "pccl_calls": pc.stats()["calls"]}, fh)
     failed = world.allreduce(int(problem is not None), op=MPI.SUM)
+    calls = pc.stats()["calls"]
     pc.shutdown()
+    rank_result.write({"ranks": size, "problem": problem, "pccl_calls": calls}, rank)
     return 1 if failed else 0
 
 

@@ -7,7 +7,8 @@ Checks, each against the same computation on a gloo group of the same ranks:
 - DDP, and FSDP2 with ``clip_grad_norm_``, on the default (pccl) group: the same losses as on gloo (rel 1e-5);
 - device maps: a ``"cpu:gloo,cuda:pccl"`` group leaves CPU tensors to gloo, a ``"cpu:pccl,cuda:gloo"`` one runs them.
 Results are gathered over a gloo group (no MPI); rank 0 prints "N passed, M failed" and writes --json, with
-pccl's counters (``pccl_torch.stats("all")``).
+pccl's counters (``pccl_torch.stats("all")``). Every rank also writes its own result (``rank_result``) after
+``destroy_process_group()`` returned.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pccl_torch as pc
+import rank_result  # this folder is on sys.path when the driver runs as a script
 from _training import sgd_steps  # this folder is on sys.path when the driver runs as a script
 from torch_backend_driver import check_device_maps
 from pccl_torch.compression import NAMES as WIRE_FORMATS
@@ -200,6 +202,7 @@ def main() -> int:
             with open(args.json, "w") as fh:
                 json.dump({"passed": passed, "failures": failed, "ranks": everyone}, fh)
     dist.destroy_process_group()
+    rank_result.write(mine, rank)  # after the teardown returned: the test checks every rank's
     return 0 if not any(entry["failures"] for entry in everyone) else 1
 
 

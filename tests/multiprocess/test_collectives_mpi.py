@@ -3,7 +3,6 @@ with 1..6 ranks and emulated nodes of 1, 2 or 3 ranks; plus the bad-input cases 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -11,7 +10,7 @@ import pytest
 
 from pccl_torch.plan import family, hierarchical_inner, names_for
 
-from .conftest import OPENMPI_PREFIX, RankLaunch, check_exit, launch, launch_ranks, mpiexec, openmpi_available, run_checked
+from .conftest import OPENMPI_PREFIX, RankLaunch, check_exit, launch_ranks, mpiexec, openmpi_available, run_checked
 
 # (ranks, ranks per emulated node): n = 1..6, local sizes 1, 2, 3 wherever they divide n.
 LAYOUTS = [(n, local) for n in range(1, 7) for local in (1, 2, 3) if n % local == 0 and local <= n]
@@ -102,26 +101,22 @@ def test_torch_backend_and_ddp(ranks: int, local_size: int, tmp_path) -> None:
     """The `pccl` torch.distributed backend (routed and delegated calls, subgroups, functional collectives,
     DeviceMesh/DTensor, device-mapped backend strings) and DDP over it and with pccl's comm hook: same
     losses and weights as plain gloo."""
-    summary = tmp_path / "summary.json"
-    result = launch("torch_backend_driver.py", ranks, "--json", str(summary), local_size=local_size)
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["failed"] == 0, "\n".join(report["failures"])
-    assert report["passed"] == 5 * ranks
-    check_exit(result, "torch_backend_driver.py")  # every rank, teardown included (the JSON is rank 0's)
+    run = launch_ranks("torch_backend_driver.py", ranks, result_dir=tmp_path / "ranks", local_size=local_size,
+                       same=("ranks", "checks"))
+    for r, report in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its shutdown
+        assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"])
+        assert report["ranks"] == ranks and report["checks"] == 5 and report["passed"] == 5, report
 
 
 @pytest.mark.multiprocess
 def test_pccl_as_the_default_process_group(tmp_path) -> None:
     """init_process_group('pccl'): plain dist.* calls, DDP with no group argument and a 2-D DeviceMesh go
     through pccl."""
-    summary = tmp_path / "summary.json"
-    result = launch("torch_backend_driver.py", 4, "--default-pccl", "--json", str(summary), local_size=2)
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["failed"] == 0, "\n".join(report["failures"])
-    assert report["passed"] == 24
-    check_exit(result, "torch_backend_driver.py --default-pccl")
+    run = launch_ranks("torch_backend_driver.py", 4, "--default-pccl", result_dir=tmp_path / "ranks", local_size=2,
+                       same=("ranks", "checks"))
+    for r, report in enumerate(run.ranks):  # 6 checks on each of the 4 ranks (24 in all)
+        assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"])
+        assert report["default_pccl"] and report["checks"] == 6 and report["passed"] == 6, report
 
 
 @pytest.mark.multiprocess
@@ -129,13 +124,11 @@ def test_pccl_as_the_default_process_group(tmp_path) -> None:
 def test_fsdp2_with_pccl_matches_gloo(ranks: int, local_size: int, tmp_path) -> None:
     """FSDP2 with pccl's all-gather/reduce-scatter hooks, and FSDP1 over a pccl process group: same losses
     and weights as on gloo, clip_grad_norm_ and full_tensor() still working, collectives counted by pccl."""
-    summary = tmp_path / "summary.json"
-    result = launch("fsdp_driver.py", ranks, "--json", str(summary), local_size=local_size)
-    assert summary.exists(), f"driver wrote no summary (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
-    report = json.loads(summary.read_text())
-    assert report["failed"] == 0, "\n".join(report["failures"])
-    assert report["passed"] == ranks
-    check_exit(result, "fsdp_driver.py")
+    run = launch_ranks("fsdp_driver.py", ranks, result_dir=tmp_path / "ranks", local_size=local_size, same=("ranks",))
+    for r, report in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its shutdown
+        assert report["problem"] is None, f"rank {r}: {report['problem']}"
+        assert report["ranks"] == ranks
+        assert min(report["pccl_calls"].get(c, 0) for c in ("all_gather", "reduce_scatter")) > 0, (r, report)
 
 
 @pytest.mark.multiprocess

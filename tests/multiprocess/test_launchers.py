@@ -9,14 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, launch, launcher_environment, run_checked, torchrun
+from .conftest import HERE, check_exit, collect_ranks, launch_ranks, launcher_environment, run_checked, torchrun_ranks
+from .rank_result import RESULT_DIR_ENV
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
-
-
-def _report(path: Path, result) -> dict:
-    assert path.exists(), f"no result (exit {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-    return json.loads(path.read_text())
 
 
 @pytest.mark.multiprocess
@@ -24,11 +20,10 @@ def _report(path: Path, result) -> dict:
 def test_torchrun_every_algorithm_ddp_and_fsdp2(ranks: int, local_size: int, tmp_path) -> None:
     """`torchrun` + `dist.init_process_group("pccl")`: every CPU algorithm against gloo (bitwise), each wire
     format, DDP and FSDP2 with clip_grad_norm_ giving gloo's losses, all through pccl over torch groups."""
-    out = tmp_path / "launcher.json"
-    report = _report(out, torchrun("launcher_driver.py", ranks, "--json", str(out), local_size=local_size,
-                                   env={"PCCL_PIPELINE_CHUNKS": "3"}))  # pipelined plans in several chunks
-    assert report["failures"] == [] and report["passed"] == ranks
-    for entry in report["ranks"]:
+    run = torchrun_ranks("launcher_driver.py", ranks, result_dir=tmp_path / "ranks", local_size=local_size,
+                         env={"PCCL_PIPELINE_CHUNKS": "3"}, same=("topology",))  # pipelined plans in several chunks
+    for r, entry in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its teardown
+        assert entry["failures"] == [] and entry["passed"] == 1, f"rank {r}: {entry['failures']}"
         assert set(entry["transport"]) == {"torch:gloo"}, entry["transport"]
         assert entry["topology"] == [ranks // local_size, local_size, 1]
         assert min(entry["calls"].get(kind, 0) for kind in KINDS) > 0, entry["calls"]
@@ -56,17 +51,20 @@ def test_deepspeed_zero3_without_mpiexec(launcher: str, tmp_path) -> None:
     pytest.importorskip("deepspeed")
     from .test_deepspeed import EXTENSIONS
 
-    reports = {}
-    for backend in ("gloo", "pccl"):
-        out = tmp_path / f"{backend}.json"
-        command = _deepspeed_command(launcher, 4, "--comm_backend", backend, "--stages", "3", "--json", str(out))
-        reports[backend] = _report(out, run_checked(command, launcher_environment(2, EXTENSIONS), 900))
-    pccl, gloo = reports["pccl"], reports["gloo"]
-    assert pccl["default_group"] == "PcclProcessGroup" and pccl["transport"] == {"torch:gloo": pccl["pccl_groups"]}
-    assert min(pccl["stages"]["3"]["pccl_calls"].get(kind, 0) for kind in KINDS) > 0, pccl["stages"]["3"]
-    assert pccl["bypassed"] == {}
-    assert pccl["stages"]["3"]["losses"] == pytest.approx(gloo["stages"]["3"]["losses"], rel=1e-5, abs=1e-6)
-    assert pccl["stages"]["3"]["params"] == pytest.approx(gloo["stages"]["3"]["params"], rel=1e-5, abs=1e-6)
+    runs = {}
+    for backend in ("gloo", "pccl"):  # deepspeed_driver.py writes every rank's result after its teardown
+        results = tmp_path / backend
+        results.mkdir()
+        command = _deepspeed_command(launcher, 4, "--comm_backend", backend, "--stages", "3")
+        process = run_checked(command, launcher_environment(2, {**EXTENSIONS, RESULT_DIR_ENV: str(results)}), 900)
+        runs[backend] = collect_ranks(process, 4, results, same=("default_group",), what=f"{launcher} {backend}")
+    for r, (pccl, gloo) in enumerate(zip(runs["pccl"].ranks, runs["gloo"].ranks)):
+        assert pccl["default_group"] == "PcclProcessGroup", (r, pccl["default_group"])
+        assert pccl["transport"] == {"torch:gloo": pccl["pccl_groups"]}, (r, pccl["transport"])
+        assert min(pccl["stages"]["3"]["pccl_calls"].get(kind, 0) for kind in KINDS) > 0, (r, pccl["stages"]["3"])
+        assert pccl["bypassed"] == {}, (r, pccl["bypassed"])
+        assert pccl["stages"]["3"]["losses"] == pytest.approx(gloo["stages"]["3"]["losses"], rel=1e-5, abs=1e-6), r
+        assert pccl["stages"]["3"]["params"] == pytest.approx(gloo["stages"]["3"]["params"], rel=1e-5, abs=1e-6), r
 
 
 @pytest.mark.multiprocess
@@ -81,7 +79,10 @@ def test_accelerate_launch(tmp_path) -> None:
         command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "4", "--num_machines", "1",
                    "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
                    str(HERE / "accelerate_driver.py"), "--backend", backend, "--json", str(out)]
-        results[backend] = _report(out, run_checked(command, launcher_environment(2), 600))
+        process = run_checked(command, launcher_environment(2), 600)
+        check_exit(process, f"accelerate launch ({backend})")  # every rank, teardown included
+        assert out.exists(), f"accelerate launch ({backend}) wrote no result:\n{process.stderr[-4000:]}"
+        results[backend] = json.loads(out.read_text())  # rank 0's (accelerate_driver.py writes no per-rank result)
     assert results["pccl"]["default_group"] == "PcclProcessGroup"
     assert results["pccl"]["transport"] == {"torch:gloo": 1}
     assert results["pccl"]["calls"].get("all_reduce", 0) > 0, results["pccl"]["calls"]
@@ -92,12 +93,11 @@ def test_accelerate_launch(tmp_path) -> None:
 def test_every_collective_over_torch_groups_under_mpiexec(tmp_path) -> None:
     """PCCL_TRANSPORT=torch under mpiexec: the full collective driver (every algorithm, dtype, op, async and
     in-place form) on the torch transport, checked against its references."""
-    summary = tmp_path / "summary.json"
-    result = launch("driver.py", 4, "--no-large", "--json", str(summary), local_size=2,
-                    env={"PCCL_TRANSPORT": "torch"}, timeout_s=900)
-    report = _report(summary, result)
-    assert report["failed"] == 0, "\n".join(report["failures"][:30])
-    assert report["passed"] > 1000 * 4
+    run = launch_ranks("driver.py", 4, "--no-large", result_dir=tmp_path / "ranks", local_size=2,
+                       env={"PCCL_TRANSPORT": "torch"}, timeout_s=900, same=("ranks", "local_size", "cases"))
+    for r, report in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its shutdown
+        assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"][:30])
+        assert report["passed"] > 1000, f"rank {r}: too few checks passed: {report['passed']}"
 
 
 @pytest.mark.multiprocess
@@ -108,7 +108,7 @@ def test_pccl_bench_under_torchrun(tmp_path) -> None:
                "-m", "pccl_torch.bench.cli", "-b", "4K", "-e", "256K", "-f", "8", "--backends", "pccl,gloo,pccl:all",
                "--iters", "2", "--warmup", "1", "--check", "--no-progress", "--json", str(out)]
     result = run_checked(command, launcher_environment(2), 600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    check_exit(result, "pccl-bench under torchrun")  # every rank, teardown included (the rows are rank 0's)
     rows = json.loads(out.read_text())
     assert rows and all(row["wrong"] == 0 for row in rows)
     assert {row["transport"] for row in rows} == {"torch:gloo"}

@@ -1,6 +1,7 @@
 """The ``pccl`` torch.distributed backend and the DDP hook under mpiexec, against plain gloo.
 
 Every rank runs every check and reports failures; rank 0 prints "N passed, M failed" and writes --json.
+Every rank also writes its own result (``rank_result``) after ``pc.shutdown()`` returned.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import pccl_torch as pc
+import rank_result  # this folder is on sys.path when the driver runs as a script
 from _training import sgd_steps  # this folder is on sys.path when the driver runs as a script
 from pccl_torch.integrations.ddp import allreduce_hook
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed, communicator_of
@@ -256,6 +258,8 @@ def main() -> int:
                 json.dump({"passed": total, "failed": len(all_failures), "failures": all_failures}, fh)
     failed = world.allreduce(len(failures), op=MPI.SUM)
     pc.shutdown()
+    rank_result.write({"ranks": size, "checks": len(checks), "passed": passed, "failed": len(failures),
+                       "failures": failures, "default_pccl": args.default_pccl}, rank)
     return 1 if failed else 0
 
 
