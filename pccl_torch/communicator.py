@@ -34,6 +34,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import functools
+import gc
 import logging
 import operator
 import os
@@ -295,6 +296,17 @@ _LIVE: weakref.WeakSet[Communicator] = weakref.WeakSet()
 def live_communicators() -> list[Communicator]:
     """Every communicator of this process not yet garbage-collected: ``init()``'s and each pccl group's."""
     return list(_LIVE)
+
+
+@atexit.register
+def _release_bound_calls() -> None:
+    """At exit, drop every communicator's bound calls: each holds its communicator (a reference cycle), so a
+    communicator nobody else holds any more (a pccl group after ``destroy_process_group``) is freed now, while
+    the interpreter is whole, and not in its final teardown, where freeing its torch groups' threads aborted
+    the process ("terminate called without an active exception")."""
+    for comm in live_communicators():
+        comm.calls.clear()
+    gc.collect()
 
 
 @functools.cache
