@@ -16,17 +16,23 @@
 #     -d .whl mpich==5.0.2
 # Knobs: GPU_CHECK_BUDGET_S (default 480: sections that would not fit are skipped, saying so),
 # GPU_CHECK_ONLY=kernels,api-n2 (run only sections whose name starts with one of these; env always runs),
-# GPU_CHECK_WHEELS (wheel folder; default .whl, then wheels/), PYTHON (default python3).
+# GPU_CHECK_WHEELS (wheel folder; default .whl, then wheels/), PYTHON (default python3; resolved once to an
+# absolute path, symlinks kept so a venv stays a venv, and used everywhere: Open MPI's mpiexec starts the
+# ranks with another PATH, whose python3 may lack mpi4py), GPU_CHECK_MPIEXEC (the launcher; default: the one
+# of the MPI that mpi4py loaded, /usr/bin/mpiexec first).
 # Idempotent: WORK (/tmp/pccl-gpu-check) is emptied except Triton's cache, and OUT's files are replaced.
 # Sections never stop each other: no `set -e`; each runs under `timeout` and is recorded.
 set -uo pipefail
+# The interpreter as an absolute path, before the cd (a relative PYTHON means the caller's directory).
+PY=$(command -v "${PYTHON:-python3}" 2>/dev/null || true)
+if [ -n "$PY" ] && [ "${PY#/}" = "$PY" ] && [ -x "$PY" ]; then PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"; fi
+[ -n "$PY" ] || PY=${PYTHON:-python3}   # not found: the env section says so and stops
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 OUT=${OUT:-$ROOT/out/gpu_check}
 WORK=${GPU_CHECK_WORK:-/tmp/pccl-gpu-check}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-480}
 ONLY=${GPU_CHECK_ONLY:-}
-PY=${PYTHON:-python3}
 RESERVE_S=20       # kept back for the summary
 MIN_SECTION_S=20   # a section given less than this is skipped instead
 START=$(date +%s)
@@ -44,7 +50,8 @@ rm -f "$OUT"/summary.json "$OUT"/summary.txt "$OUT"/env.log "$OUT"/kernels.log "
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK/triton-cache}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Open MPI as root with more ranks than slots (harmless for MPICH).
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_MCA_rmaps_default_mapping_policy=:oversubscribe \
+    OMPI_MCA_rmaps_base_oversubscribe=1
 # pccl stages CUDA buffers through host memory (PCCL_CUDA_AWARE_MPI unset): MPI needs no GPU support.
 export MPIR_CVAR_ENABLE_GPU=0
 # Compiled kernels on CUDA tensors (auto), no emulated nodes unless a section sets them, the heuristic rather
@@ -115,6 +122,13 @@ run_section() {  # name kind cap_s log -- command...: under `timeout`, within th
     tail -n 4 "$WORK/$name.out" | cut -c1-300
 }
 
+# Two ranks on the one GPU through NCCL: NCCL refuses them ("Duplicate GPU detected") unless each rank has
+# its own NCCL_HOSTID; NCCL then sees two hosts and joins them over its socket transport on lo (correct, slow).
+# Usage: "$MPIEXEC" -n 2 "${NCCL_TWO_HOSTS[@]}" "$PY" ...
+# shellcheck disable=SC2016  # expanded by the inner bash of each rank, not here
+HOSTID_WRAP='export NCCL_HOSTID=pccl-gpu-check-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}; exec "$@"'
+NCCL_TWO_HOSTS=(env NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 bash -c "$HOSTID_WRAP" hostid)
+
 jget() {  # key: a field of env.json ("" when absent)
     "$PY" -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2], ""); print("" if v is None else v)' \
         "$WORK/env.json" "$1" 2>/dev/null
@@ -146,16 +160,37 @@ WHEELS=${GPU_CHECK_WHEELS:-}
 if [ -z "$WHEELS" ]; then
     for d in .whl wheels; do [ -d "$d" ] && WHEELS=$d && break; done
 fi
-find_mpiexec() {  # the mpiexec beside mpi4py's libmpi first (a foreign one would start singletons)
+mpi_family() {  # text of MPI_Get_library_version or of `mpiexec --version` -> openmpi / mpich / unknown
+    case "$1" in
+        *"Open MPI"*|*OpenRTE*|*"Open RTE"*|*PRRTE*|*"prte"*) echo openmpi ;;
+        *MPICH*|*HYDRA*|*Hydra*|*"Intel(R) MPI"*) echo mpich ;;
+        *) echo unknown ;;
+    esac
+}
+FROM_WHEEL=0
+find_mpiexec() {  # the launcher of the MPI that mpi4py loaded (a foreign one would start singletons):
+    # the image's /usr/bin/mpiexec first while mpi4py imports on its own, the carried wheel's first after the
+    # fallback installed it; of these the first of mpi4py's family (Open MPI / MPICH), else the first found.
     MPIEXEC=""
-    for m in "$PREFIX/bin/mpiexec" "$WORK/site/bin/mpiexec" "$(command -v mpiexec 2>/dev/null)"; do
-        if [ -n "$m" ] && [ -x "$m" ]; then MPIEXEC=$m; return 0; fi
+    if [ -n "${GPU_CHECK_MPIEXEC:-}" ]; then MPIEXEC=$GPU_CHECK_MPIEXEC; return 0; fi
+    local cands=() m first="" want
+    [ "$FROM_WHEEL" = 0 ] && cands+=(/usr/bin/mpiexec)
+    cands+=("$PREFIX/bin/mpiexec" "$WORK/site/bin/mpiexec" "$(command -v mpiexec 2>/dev/null)" /usr/bin/mpiexec)
+    want=$(mpi_family "$(jget mpi_library)")
+    for m in "${cands[@]}"; do
+        [ -n "$m" ] && [ -x "$m" ] || continue
+        [ -n "$first" ] || first=$m
+        if [ "$want" != unknown ] && [ "$(mpi_family "$(timeout 10 "$m" --version 2>&1 | head -n 5)")" = "$want" ]; then
+            MPIEXEC=$m; return 0
+        fi
     done
+    MPIEXEC=$first
 }
 find_mpiexec
 if [ -n "$(jget mpi_error)" ] || [ -z "$MPIEXEC" ]; then
     echo "mpi4py error: $(jget mpi_error); mpiexec: ${MPIEXEC:-none}; wheels folder: ${WHEELS:-none}" >>"$ENV_LOG"
     if [ -n "$WHEELS" ] && ls "$WHEELS"/mpich-*.whl >/dev/null 2>&1; then
+        FROM_WHEEL=1
         if ! "$PY" -m pip install --no-index --no-deps --find-links "$WHEELS" mpich >>"$ENV_LOG" 2>&1; then
             echo "pip into $PREFIX failed; installing into $WORK/site" >>"$ENV_LOG"
             "$PY" -m pip install --no-index --no-deps --find-links "$WHEELS" --target "$WORK/site" mpich >>"$ENV_LOG" 2>&1
@@ -183,7 +218,7 @@ if [ -z "$(jget mpi_error)" ] && [ -n "$MPIEXEC" ]; then
         timeout -k 5 60 "$MPIEXEC" -n 2 "$PY" -c "$smoke" >>"$ENV_LOG" 2>&1 && HAVE_MPI=1
     fi
 fi
-echo "mpiexec: ${MPIEXEC:-none}; MPI usable: $HAVE_MPI" >>"$ENV_LOG"
+echo "mpiexec: ${MPIEXEC:-none} ($(mpi_family "$(timeout 10 "${MPIEXEC:-false}" --version 2>&1 | head -n 5)"); mpi4py's library: $(jget mpi_library)); ranks run $PY; MPI usable: $HAVE_MPI" >>"$ENV_LOG"
 
 # The project from this tree: an editable install (no network, no build isolation), else a shadow package
 # (triton_kernels/ and integrations/ are installed inside pccl_torch: pyproject's package-dir).
@@ -266,7 +301,9 @@ api api-n4-L2 normal 120 4 2 "$FLAT_AUTO" "$SAFE_NAMES"
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip backend-n2 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 else
-    run_section backend-n2 normal 100 backend.log -- "$MPIEXEC" -n 2 "$PY" scripts/gpu_backend_check.py \
+    # Both ranks on the one GPU: the DDP steps on "cuda:nccl" need a NCCL_HOSTID per rank (see NCCL_TWO_HOSTS).
+    run_section backend-n2 normal 100 backend.log -- "$MPIEXEC" -n 2 "${NCCL_TWO_HOSTS[@]}" \
+        "$PY" scripts/gpu_backend_check.py \
         --json "$WORK/backend-n2.json" --steps 4
 fi
 
@@ -300,14 +337,11 @@ fi
 # -- 6. experimental, last: NCCL with two ranks on one GPU made to look like two hosts ------------------------
 # NCCL_HOSTID per rank defeats the duplicate-GPU check; NCCL then joins the ranks over its socket transport.
 # Not counted in the verdict; when it passes, the hier:* and vendor paths ran with 2-rank NCCL communicators.
-# shellcheck disable=SC2016  # expanded by the inner bash of each rank, not here
-HOSTID_WRAP='export NCCL_HOSTID=pccl-gpu-check-${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}; exec "$@"'
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip api-n2-L2-nccl-hostid "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 else
     run_section api-n2-L2-nccl-hostid experimental 90 api.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=2 \
-        NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_DEBUG=WARN bash -c "$HOSTID_WRAP" hostid \
-        "$PY" "${DRIVER[@]}" --algorithms "$NCCL_ALL_NAMES" --json "$WORK/api-n2-L2-nccl-hostid.json"
+        NCCL_DEBUG=WARN "${NCCL_TWO_HOSTS[@]}" "$PY" "${DRIVER[@]}" --algorithms "$NCCL_ALL_NAMES" --json "$WORK/api-n2-L2-nccl-hostid.json"
 fi
 
 # -- summary -----------------------------------------------------------------------------------------------

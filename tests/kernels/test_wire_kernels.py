@@ -17,12 +17,15 @@ SIZES = WEIRD_SIZES + (QBLOCK, 3 * QBLOCK + 1)
 
 
 def _values(n: int, dtype: torch.dtype, special: bool) -> torch.Tensor:
-    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    # Made on the CPU with a CPU generator, then moved to the default device: the same values on every device
+    # (a CPU generator cannot feed CUDA tensors, and a CUDA generator draws other numbers).
+    x = (torch.randn(n, generator=torch.Generator(device="cpu").manual_seed(n), device="cpu") * 3).to(dtype)
     if special and n >= 8:
         info = torch.finfo(dtype)
-        x[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, info.tiny / 4, -info.tiny])
+        x[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, info.tiny / 4, -info.tiny],
+                             device="cpu")
         x[-1] = info.max
-    return x
+    return x.to(torch.get_default_device())
 
 
 def _both(fn):
