@@ -35,8 +35,9 @@ from pccl_torch.validation import check_reduction, check_tensor
 
 def pieces(comm: pc.Communicator, tensor: torch.Tensor, calls: int) -> list[tuple[str, float]]:
     """Microseconds per call of each step of the API's path, and of the whole call of each collective."""
-    plan = comm.choice.plan(comm, "all_reduce", None, tensor.numel() * 4, tensor.dtype)
     reduction = as_reduction(ReduceOp.SUM)
+    pc.all_reduce(tensor, comm=comm)  # binds the shape
+    shape = ("all_reduce", tensor.dtype, tensor.numel(), "sum", None, None, False)
     world = comm.topology.world_size
     gathered, scattered = torch.empty(world * tensor.numel()), torch.empty(tensor.numel() // world)
     scatter_in = tensor[: scattered.numel() * world]
@@ -45,7 +46,7 @@ def pieces(comm: pc.Communicator, tensor: torch.Tensor, calls: int) -> list[tupl
         "check_tensor": lambda: check_tensor(tensor, "tensor", comm.device),
         "check_reduction": lambda: check_reduction(reduction, tensor.dtype),
         "choice (cached plan)": lambda: comm.choice.plan(comm, "all_reduce", None, tensor.numel() * 4, tensor.dtype),
-        "stats.record": lambda: comm.stats.record(plan, 1024, 0.0),
+        "call-shape lookup (cached shape)": lambda: comm.calls.get(shape),
         "transport call (1 rank: returns at once)": lambda: comm.world.native_all_reduce(tensor, ReduceOp.SUM),
         "pccl_torch.all_reduce": lambda: pc.all_reduce(tensor, comm=comm),
         "pccl_torch.all_gather_into_tensor": lambda: pc.all_gather_into_tensor(gathered, tensor, comm=comm),

@@ -108,8 +108,8 @@ class NotInitializedError(RuntimeError):
 class CollectiveStats:
     """Per-collective counters: calls, bytes moved by the caller's buffers, seconds, algorithm use.
 
-    One entry per (collective, algorithm) is updated per call (``[calls, bytes, seconds]``, one dict
-    lookup); the per-collective views are summed when read."""
+    One entry per (collective, algorithm) (``[calls, bytes, seconds]``), held by the bound calls of that plan and
+    updated in place (``pccl_torch.calls``: no lookup a call); the per-collective views are summed when read."""
 
     __slots__ = ("_entries",)
 
@@ -123,13 +123,6 @@ class CollectiveStats:
         if entry is None:
             entry = self._entries[(plan.collective, plan.name)] = [0, 0, 0.0]
         return entry
-
-    def record(self, plan, nbytes: int, seconds: float) -> None:
-        """Count one call of ``plan``."""
-        entry = self.entry(plan)
-        entry[0] += 1
-        entry[1] += nbytes
-        entry[2] += seconds
 
     def _by_collective(self, index: int) -> Counter[str]:
         out: Counter[str] = Counter()
