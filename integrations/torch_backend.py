@@ -54,7 +54,7 @@ from pccl_torch import api, failure_notice
 from pccl_torch.selection import attach
 from pccl_torch.communicator import Communicator, _free_port, checking_from_env, over_torch
 from pccl_torch.launcher import LaunchError, group_over, mpi_world, topology_from_store, transport_for
-from pccl_torch.ops import _FLOAT_ONLY, SUPPORTED_DTYPES, ReduceOp, Reduction, premul_sum
+from pccl_torch.ops import _FLOAT_ONLY, SUPPORTED_DTYPES, ReduceOp, Reduction, premul_sum, torch_premul_factor
 from pccl_torch.topology import Topology, TopologyError, detect, ranks_on_this_machine
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
@@ -403,10 +403,8 @@ def pccl_reduce_op(reduce_op: Any, dtype: torch.dtype) -> ReduceOp | Reduction:
 
 
 def _premul_factor(reduce_op: dist.ReduceOp) -> float | torch.Tensor:
-    """The factor of torch's PREMUL_SUM op (``dist._make_nccl_premul_sum(f)``), read from its pickled state,
-    ``(RedOpType, factor)``, which torch's ReduceOp has long had: its ``factor`` property is recent (the GPU
-    run's torch 2.11 had none, and the op failed with "ReduceOp.PREMUL_SUM needs a factor")."""
-    factor = reduce_op.__getstate__()[1]
+    """The factor of torch's PREMUL_SUM op (``ops.torch_premul_factor``); ``ValueError`` for an op without one."""
+    factor = torch_premul_factor(reduce_op)
     if factor is None:
         raise ValueError("a PREMUL_SUM ReduceOp without a factor: build it with dist._make_nccl_premul_sum(factor)")
     return factor

@@ -99,8 +99,17 @@ _PLAIN = {op: Reduction(op, op) for op in (ReduceOp.SUM, ReduceOp.PRODUCT, Reduc
 _SUM = _PLAIN[ReduceOp.SUM]
 
 
-def _torch_premul_factor(op: Any) -> Any:
-    """The factor of a torch PREMUL_SUM ReduceOp (a float or a one-element tensor), or None."""
+def torch_premul_factor(op: Any) -> Any:
+    """The factor of torch's PREMUL_SUM ReduceOp (``dist._make_nccl_premul_sum(f)``: a float or a one-element
+    tensor), or None. Read from the op's pickled state, ``(RedOpType, factor)``, which torch's ReduceOp has long
+    had; its ``factor`` property is recent (torch 2.11, on the GPU machine, had none: "needs a factor")."""
+    state = getattr(op, "__getstate__", None)
+    try:
+        found = state() if state is not None else None
+    except (RuntimeError, TypeError):
+        found = None
+    if isinstance(found, tuple) and len(found) == 2:
+        return found[1]
     try:
         return getattr(op, "factor", None)
     except (RuntimeError, TypeError):  # torch raises when the op carries no factor
@@ -128,7 +137,7 @@ def as_reduction(op: Any) -> Reduction:
             "(pccl_torch.ReduceOp, torch.distributed.ReduceOp or a name), or pccl_torch.premul_sum(factor)"
         )
     if found is ReduceOp.PREMUL_SUM:
-        factor = _torch_premul_factor(op)  # torch's dist._make_nccl_premul_sum(factor) carries its factor
+        factor = torch_premul_factor(op)  # torch's dist._make_nccl_premul_sum(factor) carries its factor
         if factor is None:
             raise ValueError("ReduceOp.PREMUL_SUM needs a factor: pass pccl_torch.premul_sum(factor)")
         return premul_sum(factor)

@@ -109,3 +109,17 @@ def test_backend_device_map_says_which_devices_pccl_serves(config: str, served: 
     from pccl_torch.integrations.torch_backend import _pccl_devices
 
     assert _pccl_devices(config) == served
+
+
+def test_premul_factor_is_read_from_the_ops_state_where_torch_has_no_factor_property() -> None:
+    """torch 2.11 (the GPU machine's) has no ``ReduceOp.factor``: the factor comes from the op's pickled state."""
+    from pccl_torch.ops import torch_premul_factor
+
+    class Torch211PremulSum:  # what that torch's dist._make_nccl_premul_sum(0.25) offers
+        def __getstate__(self):
+            return (dist.ReduceOp.PREMUL_SUM, 0.25)
+
+    assert torch_premul_factor(Torch211PremulSum()) == 0.25
+    assert torch_premul_factor(dist._make_nccl_premul_sum(0.5)) == 0.5
+    assert float(torch_premul_factor(dist._make_nccl_premul_sum(torch.tensor([2.0])))) == 2.0
+    assert torch_premul_factor(dist.ReduceOp(dist.ReduceOp.SUM)) is None
