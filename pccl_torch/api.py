@@ -1,8 +1,9 @@
 """The public collectives: the single dispatch point.
 
 The first call of a shape validates its arguments (before any communication), chooses the algorithm
-(``pccl_torch.selection.choice``: the explicit ``algorithm=``, else ``PCCL_ALGO``, else the selector, else the heuristic) and
-binds it (``pccl_torch.calls``); later calls of the shape re-check only device, contiguity and aliasing. Each runs
+(``pccl_torch.selection``: the explicit ``algorithm=``, else ``PCCL_ALGO``, else the rules, the selector, the
+heuristic) and binds it (``pccl_torch.calls``); later calls of the shape re-check only device, contiguity and
+aliasing. Each runs
 in issue order on the communicator and returns ``None`` (blocking) or a :class:`~pccl_torch.work.Work`
 (``async_op=True``), as torch.distributed.
 Every call gets a sequence number; with checking on, the ranks agree on its signature before it runs; a
@@ -78,7 +79,8 @@ def _bind(comm: Communicator, keys: tuple[tuple | None, ...], collective: Collec
     """Choose the plan of a validated call and bind it (``pccl_torch.calls``); kept under each of ``keys`` for
     the later calls of the shape unless online tuning is still trying candidates for it."""
     choice = comm.choice if comm.choice is not None else choice_of(comm)
-    plan, final = choice.bind_plan(comm, collective, algorithm, nbytes, dtype, compression)  # type: ignore[attr-defined]
+    plan, final = choice.bind_plan(comm, collective, algorithm, nbytes, dtype,  # type: ignore[attr-defined]
+                                   compression)
     if final:
         calls.make_room(comm)
     bound = calls.BoundCall(comm, plan, body(plan, final and not async_op), nbytes, async_op,
@@ -181,8 +183,9 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
     if ready:  # outside the try: the collective's own errors are never caught here
         return bound(output, input)
     reduction = as_reduction(op)
+    tensors = isinstance(input, torch.Tensor) and isinstance(output, torch.Tensor)
     canonical = ("reduce_scatter", input.dtype, input.numel(), output.dtype, output.numel(), reduction, algorithm,
-                 compression, async_op) if isinstance(input, torch.Tensor) and isinstance(output, torch.Tensor) else None
+                 compression, async_op) if tensors else None
     bound = _cached(comm, canonical, output, input)
     if bound is None:
         check_tensor(output, "output", comm.device)

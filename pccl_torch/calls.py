@@ -1,8 +1,8 @@
 """The call-shape cache: validate, choose and bind once per call shape, then run.
 
 A training job repeats a few call shapes (collective, dtype, sizes, op, algorithm, compression, async) thousands of
-times. The first call of a shape validates every argument, chooses the plan (``pccl_torch.selection.choice``) and binds a
-:class:`BoundCall`: the plan, the body that runs it on these sizes (for a flat MPI plan, the transport's bound
+times. The first call of a shape validates every argument, chooses the plan (``pccl_torch.selection``) and binds
+a :class:`BoundCall`: the plan, the body that runs it on these sizes (for a flat MPI plan, the transport's bound
 native collective: ``MPITransport.bind_*``), the counter entry and, with checking on, the signature the ranks agree
 on. Later calls of the shape check only what can differ between calls of one shape (device, contiguity and, in
 the API, aliasing) and call the bound object. This is what NCCL does with its per-communicator plans, and what

@@ -24,8 +24,8 @@ def stats(source: Source = None) -> dict[str, dict]:
     given), by ProcessGroup method; ``transport``: communicators by what carries their levels (``mpi`` under an
     MPI launch, ``torch:gloo`` / ``torch:nccl`` without one: ``pccl_torch.launcher``); ``tuning``: with online tuning,
     each call shape's candidates and their agreed times in microseconds, the one chosen and whether it was tuned
-    in this run or read from the cache (``pccl_torch.selection.tuning``); ``links``: the latency and bandwidth measured inside
-    and between nodes across a network (``pccl_torch.selection.links``; None on one machine).
+    in this run or read from the cache (``pccl_torch.selection.tuning``); ``links``: the latency and bandwidth
+    measured inside and between nodes across a network (``pccl_torch.selection.links``; None on one machine).
 
     ``source``: None, the communicator of ``init()``; a :class:`Communicator`; a ``pccl`` process group (its
     communicators); ``"all"``, every live communicator and pccl group of this process, summed.
