@@ -83,8 +83,10 @@ def _bind(comm: Communicator, keys: tuple[tuple | None, ...], collective: Collec
                                    compression)
     if final:
         calls.make_room(comm)
-    bound = calls.BoundCall(comm, plan, body(plan, final and not async_op), nbytes, async_op,
-                            calls.signature(plan, dtype, numel, op))
+    # A persistent collective's binding is collective itself: never where a call may not match across ranks
+    # (checking mode exists to report such calls cleanly, and an unmatched *_init would wedge the communicator).
+    keep = final and not async_op and not comm.check
+    bound = calls.BoundCall(comm, plan, body(plan, keep), nbytes, async_op, calls.signature(plan, dtype, numel, op))
     return calls.remember(comm, keys, bound) if final else bound
 
 

@@ -183,6 +183,10 @@ def checking_agrees_on_cached_shapes(comm: pc.Communicator) -> None:
     pc.all_reduce(large, comm=comm)
     if p > 1:
         expect(PcclMismatchError, "numel", lambda: pc.all_reduce(small if rank == 0 else large, comm=comm))
+        # shapes no rank has bound yet: binding must not itself be collective here (an MPI persistent collective's
+        # *_init is), or the ranks' unmatched bindings would wedge the communicator before the mismatch is reported
+        fresh = torch.ones(11 if rank == 0 else 13)
+        expect(PcclMismatchError, "numel", lambda: pc.all_reduce(fresh, comm=comm))
     small.fill_(1.0)
     pc.all_reduce(small, comm=comm)
     same(small, torch.full((3,), float(p)), "checked call after a mismatch")
