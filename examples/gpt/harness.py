@@ -1,16 +1,19 @@
-"""What the three training scripts share: arguments, the model and data, the timed training loop,
+"""What the training scripts share: arguments, the model and data, the timed training loop,
 communication meters, per-step logging, the summary, and the JSON and plot outputs.
 
-Every script runs under ``mpiexec``; MPI (not the training backend) carries the small reductions of
-the logging (mean loss, slowest rank's step time), so they never show in the counters.
+Every script runs under ``mpiexec``, where MPI (not the training backend) carries the small reductions of
+the logging (mean loss, slowest rank's step time), so they never show in the counters. A script that
+initialises torch.distributed itself (``train_moe.py``) also runs under ``torchrun``, whose processes are
+MPI singletons: there the logging reduces over a gloo group of its own, called directly (not through
+``torch.distributed``'s functions, which the gloo meter wraps), so it never shows either.
 
 Communication time per collective:
 
 - pccl runs read pccl's own counters (``pccl_torch.stats``, summed over every pccl communicator in use):
-  the time each all-gather, reduce-scatter and all-reduce spent executing inside pccl.
-- gloo runs wrap torch.distributed's ``all_gather_single``, ``reduce_scatter_single`` and ``all_reduce``
-  (which the frameworks call, directly or through their older names) and time each call from issue to
-  completion, not counting time spent queued behind the previous collective.
+  the time each all-gather, reduce-scatter, all-reduce and all-to-all spent executing inside pccl.
+- gloo runs wrap torch.distributed's ``all_gather_single``, ``reduce_scatter_single``, ``all_reduce`` and
+  ``all_to_all_single`` (which the frameworks call, directly or through their older names) and time each call
+  from issue to completion, not counting time spent queued behind the previous collective.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ from report import plot_runs
 
 log = logging.getLogger("gpt")
 
-COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
-SHORT = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR"}
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+SHORT = {"all_gather": "AG", "reduce_scatter": "RS", "all_reduce": "AR", "all_to_all": "A2A"}
 TAIL_STEPS = 10
 """The final train loss is the mean of the last this many steps."""
 
@@ -89,7 +92,7 @@ def setup(args: argparse.Namespace) -> None:
 
         os.environ[COMPRESSION_ENV] = args.compression
         env_formats()  # a malformed value fails here, before any process group exists
-    rank = MPI.COMM_WORLD.Get_rank()
+    rank = launch_rank()
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s",
                         force=True)
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
@@ -146,7 +149,7 @@ class DistTimer:
     method = "torch.distributed calls, issue to completion"
     # what to wrap: torch's older names (all_gather_into_tensor, reduce_scatter_tensor) call these
     FUNCTIONS = {"all_gather": "all_gather_single", "reduce_scatter": "reduce_scatter_single",
-                 "all_reduce": "all_reduce"}
+                 "all_reduce": "all_reduce", "all_to_all": "all_to_all_single"}
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
@@ -212,10 +215,62 @@ def sgd_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Calla
 
 def close() -> None:
     """Shut pccl and torch.distributed down, whichever the run initialised."""
+    global _LOG_WORLD
+    _LOG_WORLD = None  # its gloo group (torchrun) goes with the process groups
     if pc.is_initialized():
         pc.shutdown()
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# -- the launch's ranks, for the logging ---------------------------------------------------------------
+def launch_rank() -> int:
+    """This process's rank, before torch.distributed exists: MPI's under mpiexec, ``RANK`` under torchrun."""
+    if MPI.COMM_WORLD.Get_size() == 1 and os.environ.get("RANK", "").isdigit():
+        return int(os.environ["RANK"])
+    return MPI.COMM_WORLD.Get_rank()
+
+
+class LogWorld:
+    """The ranks of the launch, for the logging's own reductions (never a training collective): MPI's
+    ``COMM_WORLD`` under mpiexec; under torchrun (every process an MPI singleton) a gloo group of
+    torch.distributed's world, whose methods are called directly so no meter counts them."""
+
+    def __init__(self) -> None:
+        self._group = None
+        if MPI.COMM_WORLD.Get_size() == 1 and dist.is_initialized() and dist.get_world_size() > 1:
+            self._group = dist.new_group(backend="gloo")  # collective: every rank builds it at the same point
+            self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        else:
+            self.rank, self.size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (float64) summed over ranks."""
+        if self._group is None:
+            out = values.copy()
+            MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+            return out
+        tensor = torch.from_numpy(values.copy())
+        self._group.allreduce([tensor]).wait()
+        return tensor.numpy()
+
+    def max(self, value: float) -> float:
+        if self._group is None:
+            return MPI.COMM_WORLD.allreduce(value, op=MPI.MAX)
+        tensor = torch.tensor([value], dtype=torch.float64)
+        self._group.allreduce([tensor], dist.ReduceOp.MAX).wait()
+        return float(tensor.item())
+
+
+_LOG_WORLD: LogWorld | None = None
+
+
+def log_world() -> LogWorld:
+    """The :class:`LogWorld` of this run, built at the first call (collective under torchrun)."""
+    global _LOG_WORLD
+    if _LOG_WORLD is None:
+        _LOG_WORLD = LogWorld()
+    return _LOG_WORLD
 
 
 @contextmanager
@@ -266,14 +321,14 @@ class RunResult:
 
 def _reduce_step(loss: float, seconds: float, delta: Snapshot,
                  cpu_seconds: float) -> tuple[float, float, dict[str, dict[str, float]], float]:
-    """Mean loss and comm over ranks, slowest rank's step time, CPU time summed over ranks (over MPI,
-    outside the timed step)."""
-    world = MPI.COMM_WORLD
+    """Mean loss and comm over ranks, slowest rank's step time, CPU time summed over ranks (over
+    :class:`LogWorld`, outside the timed step)."""
+    world = log_world()
     values = np.array([loss, cpu_seconds] + [v for c in COLLECTIVES for v in delta[c]], dtype=np.float64)
-    world.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+    values = world.sum(values)
     cpu_total = float(values[1])
-    values /= world.Get_size()
-    slowest = world.allreduce(seconds, op=MPI.MAX)
+    values /= world.size
+    slowest = world.max(seconds)
     comm = {c: {"calls": values[2 + 2 * i], "seconds": values[3 + 2 * i]} for i, c in enumerate(COLLECTIVES)}
     return float(values[0]), slowest, comm, cpu_total
 
@@ -302,8 +357,8 @@ def train(args: argparse.Namespace, step_fn: StepFn, eval_fn: EvalFn, meter: Com
           framework: str, comm: str, params: int) -> RunResult:
     """``args.steps`` steps of ``step_fn`` on seeded batches (the same for every backend), then the
     validation loss with ``eval_fn``; logs every ``args.log_every`` steps and returns the record."""
-    world = MPI.COMM_WORLD
-    rank, size = world.Get_rank(), world.Get_size()
+    world = log_world()
+    rank, size = world.rank, world.size
     splits = load_splits()
     result = RunResult(framework=framework, comm=comm, world_size=size, local_size=_local_size(),
                        params=params, tokens_per_step=args.batch_size * args.block_size * size,
@@ -331,8 +386,8 @@ def evaluate(args: argparse.Namespace, eval_fn: EvalFn, data: torch.Tensor, rank
     """Mean loss over ``args.eval_batches`` seeded validation batches per rank, averaged over ranks."""
     g = torch.Generator().manual_seed(10_000 + 1000 * args.seed + rank)
     losses = [eval_fn(*get_batch(data, args.batch_size, args.block_size, g)) for _ in range(args.eval_batches)]
-    world = MPI.COMM_WORLD
-    return world.allreduce(statistics.fmean(losses), op=MPI.SUM) / world.Get_size()
+    world = log_world()
+    return float(world.sum(np.array([statistics.fmean(losses)]))[0]) / world.size
 
 
 def summarize(result: RunResult) -> dict[str, Any]:
@@ -383,7 +438,7 @@ def log_summary(result: RunResult) -> None:
 # -- outputs -------------------------------------------------------------------------------------------
 def write_outputs(args: argparse.Namespace, result: RunResult) -> None:
     """``--json`` and ``--plot``, on rank 0."""
-    if MPI.COMM_WORLD.Get_rank() != 0:
+    if log_world().rank != 0:
         return
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -393,10 +448,12 @@ def write_outputs(args: argparse.Namespace, result: RunResult) -> None:
 
 
 def _local_size() -> int:
-    """Ranks per node: PCCL_LOCAL_SIZE's emulated nodes, else MPI's shared-memory domains (the testbed's
-    namespaces, or real hosts). Collective over COMM_WORLD."""
+    """Ranks per node: PCCL_LOCAL_SIZE's emulated nodes, else torchrun's ``LOCAL_WORLD_SIZE``, else MPI's
+    shared-memory domains (the testbed's namespaces, or real hosts). Collective over COMM_WORLD."""
     if "PCCL_LOCAL_SIZE" in os.environ:
         return int(os.environ["PCCL_LOCAL_SIZE"])
+    if MPI.COMM_WORLD.Get_size() == 1 and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
+        return int(os.environ["LOCAL_WORLD_SIZE"])
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         return node.Get_size()

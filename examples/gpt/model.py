@@ -1,5 +1,6 @@
 """A small GPT in plain torch (after nanoGPT): token and position embeddings, pre-norm transformer
-blocks of causal self-attention and an MLP, a final norm and a linear head over the vocabulary."""
+blocks of causal self-attention and an MLP, a final norm and a linear head over the vocabulary.
+With ``moe_experts > 0`` each block's MLP is a top-2 mixture of experts, spread over the ranks (``moe.py``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
+
+from moe import MoE
 
 
 @dataclass(kw_only=True, slots=True)
@@ -20,10 +24,15 @@ class GPTConfig:
     n_layer: int = 2
     n_head: int = 4
     n_embd: int = 64
+    moe_experts: int = 0
+    """Experts of each block's mixture-of-experts feed-forward, a multiple of the expert-parallel group's
+    size; 0: a dense MLP."""
 
     def __post_init__(self) -> None:
         if min(self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd) <= 0:
             raise ValueError("every GPTConfig size must be greater than 0.")
+        if self.moe_experts < 0:
+            raise ValueError(f"moe_experts ({self.moe_experts}) must be 0 (dense) or greater.")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head}).")
 
@@ -57,12 +66,13 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm residual block: ``x + attn(ln(x))``, then ``x + mlp(ln(x))``."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, expert_group: dist.ProcessGroup | None = None) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(config.n_embd)
         self.attn = CausalSelfAttention(config)
         self.ln2 = nn.LayerNorm(config.n_embd)
-        self.mlp = MLP(config)
+        self.mlp = (MoE(config.n_embd, config.moe_experts, n_layer=config.n_layer, group=expert_group)
+                    if config.moe_experts else MLP(config))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
@@ -70,12 +80,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, expert_group: dist.ProcessGroup | None = None) -> None:
+        """``expert_group``: the ranks the experts of a mixture-of-experts model are spread over (default:
+        torch.distributed's world); build the model on each of them, from the same seed."""
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.blocks = nn.ModuleList(Block(config, expert_group) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd)
         # Not tied to wte: ZeRO-3 and FSDP then shard every parameter exactly once.
         self.head = nn.Linear(config.n_embd, config.vocab_size, bias=False)

@@ -9,21 +9,34 @@ from typing import Any
 Run = dict[str, Any]
 
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
-HEADER = (f"{'framework':<17}{'comm':<10}{'steps':>5}{'step ms':>9}{'worst':>7}{'tok/s':>8}{'comm ms':>9}{'share':>7}"
-          f"{'cpu ms':>8}  {'all-gather':<15}{'reduce-scatter':<15}{'all-reduce':<15}{'loss first->final':<19}"
-          f"{'val':>6}")
+ALL_TO_ALL = "all_to_all"
+"""A column of its own only where a run made all-to-alls (the mixture-of-experts example)."""
 
 
-def _per_call(collective: dict[str, Any]) -> str:
+def header(all_to_all: bool = False) -> str:
+    return (f"{'framework':<17}{'comm':<10}{'steps':>5}{'step ms':>9}{'worst':>7}{'tok/s':>8}{'comm ms':>9}"
+            f"{'share':>7}{'cpu ms':>8}  {'all-gather':<15}{'reduce-scatter':<15}{'all-reduce':<15}"
+            f"{'all-to-all     ' if all_to_all else ''}{'loss first->final':<19}{'val':>6}")
+
+
+HEADER = header()
+
+
+def _per_call(collective: dict[str, Any] | None) -> str:
     """``calls x ms`` per step for one collective, or ``-``."""
-    if not collective["calls_per_step"]:
+    if not collective or not collective["calls_per_step"]:
         return "-"
     return f"{collective['calls_per_step']:.0f} x {collective['ms_per_call']:.2f}ms"
 
 
-def table_row(run: Run) -> str:
+def _has_all_to_all(runs: list[Run]) -> bool:
+    return any((r["summary"]["collectives"].get(ALL_TO_ALL) or {}).get("calls_per_step") for r in runs)
+
+
+def table_row(run: Run, all_to_all: bool = False) -> str:
     s = run["summary"]
-    cells = "".join(f"{_per_call(s['collectives'][c]):<15}" for c in COLLECTIVES)
+    columns = COLLECTIVES + ((ALL_TO_ALL,) if all_to_all else ())
+    cells = "".join(f"{_per_call(s['collectives'].get(c)):<15}" for c in columns)
     worst = f"{s['worst_step_ratio']:.1f}x"
     return (f"{run['framework']:<17}{run['comm']:<10}{len(run['steps']):>5}{s['step_ms']:>9.1f}{worst:>7}"
             f"{s['tokens_per_s']:>8,.0f}{s['comm_ms_per_step']:>9.1f}{100 * s['comm_share']:>6.0f}%"
@@ -50,12 +63,12 @@ def comparison_table(runs: list[Run], baseline: str = "gloo", where: str | None 
         "Times: medians over steps 3..N (step: slowest rank; collectives: calls a step x time a call, mean over "
         "ranks); worst: slowest step over the median; cpu: CPU time a step, all ranks' processes summed; "
         "loss: first step -> mean of the last 10 steps; val: held-out 10% of the corpus",
-        HEADER,
+        header(_has_all_to_all(runs)),
     ]
     frameworks = list(dict.fromkeys(r["framework"] for r in runs))
     for framework in frameworks:
         group = [r for r in runs if r["framework"] == framework]
-        lines += [table_row(r) for r in group]
+        lines += [table_row(r, _has_all_to_all(runs)) for r in group]
         base = next((r for r in group if r["comm"] == baseline), None)
         lines += [speedup_row(base, r) for r in group if base is not None and r is not base]
     lines.append("comm time: pccl runs from pccl's counters (time inside pccl); gloo runs from torch.distributed's "
