@@ -1,7 +1,9 @@
 """``pccl-sim``: predict collective times on a machine profile, fit a profile to pccl-bench results, and
-sweep GPU counts to see where hierarchical collectives beat the vendor library's flat ring.
+sweep GPU counts to see where hierarchical collectives beat the vendor library's flat ring (for all-to-all,
+its flat all-to-all).
 
     pccl-sim predict -c all_reduce --bytes 1M --gpus 2048 --machine frontier
+    pccl-sim predict -c all_to_all --bytes 64M --gpus 2048 --machine frontier   # bytes: one rank's send buffer
     pccl-sim fit results.json -o configs/machines/local-cpu.yaml --name local-cpu
     pccl-sim sweep --machine frontier --gpus 8..4096 --sizes 16M,64M,256M --plot sweep.png
 """
@@ -27,7 +29,8 @@ DEFAULT_SIZES = "1M,16M,64M,256M,1G"
 
 @dataclass(frozen=True, slots=True)
 class SweepPoint:
-    """The flat vendor ring against the best hierarchical algorithm at one (collective, size, GPUs)."""
+    """The flat vendor collective (a ring; all-to-all: every pair at once) against the best hierarchical
+    algorithm at one (collective, size, GPUs)."""
 
     collective: str
     nbytes: int
@@ -64,8 +67,8 @@ def parse_gpus(text: str) -> list[int]:
 
 def sweep(profile: MachineProfile, gpus: list[int], sizes: list[int],
           collectives: tuple[str, ...] | list[str] = COLLECTIVES) -> list[SweepPoint]:
-    """For every collective, size and GPU count: the flat vendor ring (what NCCL/RCCL run) against the
-    fastest ``hier:*`` algorithm."""
+    """For every collective, size and GPU count: the flat vendor collective (what NCCL/RCCL run: a ring; for
+    all-to-all, its grouped sends and receives) against the fastest ``hier:*`` algorithm."""
     points = []
     for collective in collectives:
         hier = [a for a in costs.algorithms(collective) if a.startswith(HIER_PREFIX)]
@@ -86,8 +89,8 @@ def format_sweep(points: list[SweepPoint]) -> str:
 
 
 def plot_sweep(points: list[SweepPoint], path: str | Path, title: str) -> None:
-    """Speedup of the best hierarchical algorithm over the vendor ring against GPU count, one subplot
-    per collective and one line per size."""
+    """Speedup of the best hierarchical algorithm over the flat vendor collective against GPU count, one
+    subplot per collective and one line per size."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,7 +105,8 @@ def plot_sweep(points: list[SweepPoint], path: str | Path, title: str) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set(title=collective, xlabel="GPUs", ylabel="speedup over vendor ring")
+        ax.set(title=collective, xlabel="GPUs",
+               ylabel="speedup over vendor all-to-all" if collective == "all_to_all" else "speedup over vendor ring")
         ax.legend(title="buffer", fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
@@ -148,7 +152,8 @@ def _sweep(args: argparse.Namespace) -> None:
         Path(args.json).write_text(json.dumps([asdict(p) for p in points], indent=1))
         print(f"wrote {args.json}")
     if args.plot:
-        plot_sweep(points, args.plot, f"{profile.name}: best hierarchical vs flat vendor ring (model)")
+        flat = "flat vendor collective" if "all_to_all" in collectives else "flat vendor ring"
+        plot_sweep(points, args.plot, f"{profile.name}: best hierarchical vs {flat} (model)")
         print(f"wrote {args.plot}")
 
 
@@ -158,7 +163,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="predicted time of every algorithm of one call")
     p.add_argument("-c", "--collective", required=True, choices=COLLECTIVES, help="the collective of the call")
-    p.add_argument("--bytes", required=True, type=size_argument, help="full buffer size, e.g. 1M")
+    p.add_argument("--bytes", required=True, type=size_argument,
+                   help="full buffer size, e.g. 1M (all-to-all: one rank's send buffer)")
     p.add_argument("--gpus", required=True, type=int,
                    help="ranks of the call: whole nodes of the machine, or part of one")
     p.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
@@ -171,12 +177,12 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--base", help="profile whose values are kept for parameters the rows cannot determine")
     f.set_defaults(run=_fit)
 
-    s = sub.add_parser("sweep", help="vendor ring vs best hierarchical algorithm over GPU counts")
+    s = sub.add_parser("sweep", help="flat vendor collective vs best hierarchical algorithm over GPU counts")
     s.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     s.add_argument("--gpus", default="8..4096", help="A..B (powers of two) or a comma list")
     s.add_argument("--sizes", default=DEFAULT_SIZES, type=size_list_argument, help=f"comma list (default {DEFAULT_SIZES})")
     s.add_argument("-c", "--collective", default=",".join(COLLECTIVES),
-                   help="comma list of collectives (default all three)")
+                   help="comma list of collectives (default all of them)")
     s.add_argument("--json", help="write the points as JSON")
     s.add_argument("--plot", help="write a speedup plot (PNG)")
     s.set_defaults(run=_sweep)

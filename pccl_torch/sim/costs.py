@@ -12,6 +12,20 @@ Formulas (Thakur, Rabenseifner and Gropp 2005; p ranks, n bytes of the full buff
   ``lg p a + (p-1)/p n (b + g)``.
 - all-reduce: ring ``2(p-1) a + 2(p-1)/p n b + (p-1)/p n g``; Rabenseifner (recursive-halving RS, then
   recursive-doubling AG) ``2 lg p a + 2(p-1)/p n b + (p-1)/p n g``; recursive doubling ``lg p (a + n b + n g)``.
+- all-to-all (n = one rank's send buffer, p blocks of n/p, as nccl-tests' alltoall_perf): pairwise
+  ``(p-1) a + (p-1)/p n b`` plus the copy of its own block (n/p) (step k sends block r+k to rank r+k and
+  receives from r-k); Bruck ``ceil(lg p) a + sum_k c_k n/p b`` (step k at distance 2^k carries the ``c_k``
+  blocks whose index has bit k set, about p/2) plus the rotations in and out (2n copied) and each step's pack
+  and unpack. ``mpi`` is MPICH's choice (its built-in selection, MPICH 5.0): ``MPI_Alltoall`` runs Bruck at
+  p >= 8 with blocks of at most 256 bytes, else ``scattered`` (every message posted at once, blocks up to
+  32 KiB) or ``pairwise``, both priced as pairwise; pccl's ``mpi`` calls ``MPI_Alltoallv``, always scattered,
+  so it is priced as pairwise (:data:`MPI_A2A_VECTOR`). ``vendor`` (NCCL's grouped sends and receives) is
+  priced as pairwise on the vendor library's links. Hierarchical ``hier:<x>`` (P = N nodes x L): pack (copy
+  n), an all-to-all among the node's L ranks on the whole buffer (blocks of n/L: every block for local rank j
+  of any node goes to local rank j), regroup (copy n), an all-to-all among the N local-rank peers (blocks of
+  n/N: one message per peer node, pairwise or MPI's). Each node sends L (N-1)/N n bytes off-node either way;
+  the hierarchy sends them in N-1 messages per rank instead of P-1, and no on-node pair waits for an
+  off-node one (a flat step lasts as long as its slowest pair).
 - Non-powers of two (recursive doubling/halving): the first ``2(p - q)`` ranks (``q = 2^floor(lg p)``) fold
   in pairs and the power-of-two schedule runs on q virtual ranks over the whole buffer. AG adds a step with
   n/p bytes (the extra rank's block) and a step with n (the result back); RS adds a step with n bytes and
@@ -20,6 +34,11 @@ Formulas (Thakur, Rabenseifner and Gropp 2005; p ranks, n bytes of the full buff
 Each step is priced on a :class:`Link` chosen by where its two ranks are (:class:`Net`): MPI inside a
 node, MPI between nodes (with NIC sharing), the vendor library inside a node or across nodes. With uneven
 virtual blocks after a fold, a step is priced with the mean block, not the largest.
+
+An all-to-all step (rank r sends to r + k) is bounded by its slowest pair: when any pair crosses a node boundary
+the whole step is priced on the ``far`` link, its bytes times the contention of the ``c`` ranks of each node that
+cross at that step (``max(1, share * c / local)``, ``share`` being the contention when all ``local`` do), else on
+the ``near`` link.
 """
 
 from __future__ import annotations
@@ -152,9 +171,11 @@ def vendor_intra_net(local_size: int) -> Net:
 
 
 def vendor_flat_net(nodes: int, local_size: int) -> Net:
-    """The vendor library over all ranks: a ring striped over every NIC (``beta_vendor_inter``)."""
-    across = Link("alpha_vendor_step", "beta_vendor_inter")
-    return Net(nodes * local_size, local_size, _VENDOR_INTRA, across, across)
+    """The vendor library over all ranks: a ring striped over every NIC (``beta_vendor_inter``, the node's
+    aggregate bandwidth, one stream per node boundary). When every local rank sends off the node at once (an
+    all-to-all step), their ``local_size`` streams share that aggregate bandwidth (``far``)."""
+    ring = Link("alpha_vendor_step", "beta_vendor_inter")
+    return Net(nodes * local_size, local_size, _VENDOR_INTRA, replace(ring, share=float(local_size)), ring)
 
 
 # ---- the algorithm family ------------------------------------------------------------------------------
@@ -244,20 +265,87 @@ def ar_recursive_doubling(net: Net, n: float) -> Terms:
     return cost
 
 
+def _a2a_crossing(net: Net, k: int) -> int:
+    """How many of a node's ``net.local`` ranks send to another node at all-to-all step ``k`` (rank r sends to
+    r + k): with ``k = q local + s``, the last ``s`` local ranks when q = 0, the first ``local - s`` when
+    q = nodes - 1, all of them in between (none on one node)."""
+    nodes = net.p // net.local
+    if nodes <= 1:
+        return 0
+    q, s = divmod(k % net.p, net.local)
+    if q == 0:
+        return s
+    return net.local - s if q == nodes - 1 else net.local
+
+
+def _a2a_step(net: Net, k: int, nbytes: float) -> Terms:
+    """One all-to-all step at distance ``k``, ``nbytes`` per rank: bounded by its slowest pair, on the ``far``
+    link with the contention of the ranks that cross as soon as one pair crosses nodes."""
+    crossing = _a2a_crossing(net, k)
+    if not crossing:
+        return net.near.step(nbytes)
+    far = net.far
+    return Terms({far.alpha: 1.0, far.beta: nbytes * max(1.0, far.share * crossing / net.local)})
+
+
+def a2a_pairwise(net: Net, n: float) -> Terms:
+    """All-to-all pairwise: copy the own block, then at step k (1..p-1) send block ``r+k`` to rank ``r+k`` and
+    receive block ``r`` of rank ``r-k``, each step one block ``n/p``."""
+    return _copy(n / net.p) + _total(_a2a_step(net, k, n / net.p) for k in range(1, net.p))
+
+
+def a2a_bruck(net: Net, n: float) -> Terms:
+    """All-to-all Bruck: rotate the blocks (copy n), then at step k send to rank ``r + 2^k`` the blocks whose
+    index has bit k set (packed and unpacked: copied twice), then rotate back (copy n)."""
+    p = net.p
+    if p == 1:
+        return Terms()
+    cost = _copy(2 * n)
+    for k in range((p - 1).bit_length()):
+        blocks = sum(1 for j in range(1, p) if j >> k & 1)
+        cost = cost + _a2a_step(net, 1 << k, blocks * n / p) + _copy(2 * blocks * n / p)
+    return cost
+
+
+MPICH_A2A_BRUCK_MAX_BLOCK = 256
+"""Largest block (bytes per destination) for which MPICH's ``MPI_Alltoall`` runs Bruck, on 8 ranks or more
+(``MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE``; MPICH 5.0's built-in selection, not in place: ``comm_size<8``: scattered up
+to 32 KiB blocks, else pairwise; otherwise Bruck up to 256 bytes, scattered up to 32 KiB, pairwise above).
+``MPI_Alltoallv`` always runs scattered."""
+
+MPI_A2A_VECTOR = True
+"""pccl's ``mpi`` all-to-all calls ``MPI_Alltoallv`` (``MPITransport.native_all_to_all``, any split sizes), which
+MPICH never runs as Bruck; were it to call ``MPI_Alltoall`` for equal blocks, Bruck's rule would apply."""
+
+
+def mpich_all_to_all(block_bytes: float, p: int, *, vector: bool = MPI_A2A_VECTOR) -> str:
+    """The schedule MPICH runs for an all-to-all of blocks of ``block_bytes`` on ``p`` ranks, as priced here:
+    ``bruck`` (``MPI_Alltoall`` only), or ``pairwise`` for both its ``scattered`` (every message posted at once)
+    and its ``pairwise``: p-1 messages of one block either way."""
+    return "bruck" if not vector and p >= 8 and block_bytes <= MPICH_A2A_BRUCK_MAX_BLOCK else "pairwise"
+
+
 FAMILY: dict[Collective, dict[str, Formula]] = {
     "all_gather": {"ring": ag_ring, "recursive_doubling": ag_recursive_doubling, "bruck": ag_bruck},
     "reduce_scatter": {"ring": rs_ring, "recursive_halving": rs_recursive_halving, "pairwise": rs_pairwise},
     "all_reduce": {"ring": ar_ring, "rabenseifner": ar_rabenseifner, "recursive_doubling": ar_recursive_doubling},
+    "all_to_all": {"pairwise": a2a_pairwise},  # type: ignore[dict-item]
 }
 """The hand-written schedules of each collective (the names of ``pccl_torch.plan.family``)."""
 
-VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": rs_ring, "all_reduce": ar_ring}
-"""What NCCL/RCCL run at scale: rings (for all-reduce too, although NCCL also has trees)."""
+VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": rs_ring, "all_reduce": ar_ring,
+                                     "all_to_all": a2a_pairwise}  # type: ignore[dict-item]
+"""What NCCL/RCCL run at scale: rings (for all-reduce too, although NCCL also has trees); for all-to-all, every
+send and receive of the rank posted at once, priced as the pairwise steps on the vendor library's links."""
 
 
 def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
-    """The MPI library's own collective: MPICH's choice of schedule (``heuristic.flat_choice``) priced
-    with ``alpha_mpi_native`` per step and the MPI point-to-point bandwidths."""
+    """The MPI library's own collective: MPICH's choice of schedule (``heuristic.flat_choice``;
+    :func:`mpich_all_to_all` for all-to-all) priced with ``alpha_mpi_native`` per step and the MPI point-to-point
+    bandwidths."""
+    if collective == "all_to_all":
+        formula = a2a_bruck if mpich_all_to_all(n / net.p, net.p) == "bruck" else a2a_pairwise
+        return formula(net.native(), n)
     return FAMILY[collective][flat_choice(collective, int(n), net.p)](net.native(), n)
 
 
@@ -298,12 +386,16 @@ def hierarchical_phases(collective: str, inner: str, nbytes: float, nodes: int, 
 
     AG: inter AG among the N local-rank peers on n/L bytes, intra AG on n, unpack (copy n).
     RS: pack (copy n), intra RS on n, inter RS on n/L. AR: intra RS on n, inter AR on n/L, intra AG on n.
+    All-to-all (n = one rank's buffer): pack (copy n), intra all-to-all on n (blocks of n/L), regroup (copy n),
+    inter all-to-all among the N peers on n (blocks of n/N); one rank a node: the inter phase alone.
     ``pipelined`` is priced as its unpipelined phases (MPI on both levels); :func:`predict` overlaps them.
     """
     collective = _check(collective)
     if inner not in hierarchical_inner(collective) or intra not in ("vendor", "mpi"):
         raise ValueError(f"unknown {collective} algorithm {HIER_PREFIX + inner!r} with {intra!r} inside nodes; "
                          f"valid: {', '.join(algorithms(collective))}")
+    if collective == "all_to_all":
+        return _a2a_phases(inner, nbytes, nodes, local_size, nics_per_node, intra)
     net, shard = inter_net(nodes, local_size, nics_per_node), nbytes / local_size
     if inner in ("mpi", PIPELINED):
         inter = ("inter mpi", _mpi_native(collective, net, shard))
@@ -324,10 +416,33 @@ def hierarchical_phases(collective: str, inner: str, nbytes: float, nodes: int, 
     return [rs, inter, ag]
 
 
+def _a2a_phases(inner: str, nbytes: float, nodes: int, local_size: int, nics_per_node: int,
+                intra: str) -> list[tuple[str, Terms]]:
+    """``hier:<inner>`` all-to-all as ``algorithms/hierarchical.py`` runs it: pack (copy n: blocks regrouped from
+    (node, local rank) to (local rank, node)); among the node's L ranks, local rank l sends local rank j the
+    blocks of local rank j of every node (n/L each, (L-1)/L n leave the rank); regroup (copy n: (local rank, node)
+    to (node, local rank)); among the N local-rank peers, one message of n/N per peer node ((N-1)/N n cross, the
+    L ranks of a node at once on its NICs), received straight into the output. One rank a node: the inter
+    phase alone."""
+    net = inter_net(nodes, local_size, nics_per_node)
+    if inner in ("mpi", PIPELINED):
+        inter = ("inter mpi", _mpi_native("all_to_all", net, nbytes))
+    else:
+        inter = (f"inter {inner}", FAMILY["all_to_all"][inner](net, nbytes))  # type: ignore[index]
+    if local_size == 1:
+        return [inter]
+    if intra == "mpi":
+        local = ("intra mpi all_to_all", _mpi_native("all_to_all", mpi_intra_net(local_size), nbytes))
+    else:
+        local = ("intra vendor all_to_all", a2a_pairwise(vendor_intra_net(local_size), nbytes))
+    return [("pack", _copy(nbytes)), local, ("regroup", _copy(nbytes)), inter]
+
+
 def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
           nics_per_node: int) -> Terms:
-    """The cost of one call of ``algorithm`` on a full buffer of ``nbytes`` over ``nodes`` x ``local_size``
-    ranks, including the per-call ``overhead`` (``pipelined``: unoverlapped, see :func:`predict`)."""
+    """The cost of one call of ``algorithm`` on a full buffer of ``nbytes`` (all-to-all: one rank's send buffer)
+    over ``nodes`` x ``local_size`` ranks, including the per-call ``overhead`` (``pipelined``: unoverlapped, see
+    :func:`predict`)."""
     collective = _check(collective)
     if nodes < 1 or local_size < 1 or nics_per_node < 1:
         raise ValueError(f"nodes, local_size and nics_per_node must be >= 1, got {nodes}, {local_size}, "

@@ -47,6 +47,7 @@ def closed_form(collective: str, algorithm: str, p: int, n: float, a: str, b: st
         ("all_reduce", "ring"): {a: 2 * (p - 1), b: 2 * share * n, "gamma": share * n},
         ("all_reduce", "rabenseifner"): {a: 2 * lg, b: 2 * share * n, "gamma": share * n},
         ("all_reduce", "recursive_doubling"): {a: lg, b: lg * n, "gamma": lg * n},
+        ("all_to_all", "pairwise"): {a: p - 1, b: share * n, "copy": n / p},  # n: one rank's buffer; own block copied
     }
     return {**forms[(collective, algorithm)], "overhead": 1.0}
 
@@ -187,7 +188,7 @@ def test_hierarchical_terms_match_hand_computed_values(collective, name, nodes, 
     assert_terms(terms(collective, name, N, nodes, local, nics), {"overhead": 1.0, **expected})
 
 
-@pytest.mark.parametrize("collective", list(costs.FAMILY))
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce"])
 def test_hierarchical_phases_run_in_order(collective):
     """AG: inter, intra AG, unpack; RS: pack, intra RS, inter; AR: intra RS, inter, intra AG."""
     labels = [label for label, _ in costs.hierarchical_phases(collective, "ring", N, 3, 4, 2)]
@@ -198,6 +199,104 @@ def test_hierarchical_phases_run_in_order(collective):
     one, four = (terms(collective, "hier:ring", N, 4, 8, k) for k in (8, 2))
     assert four["beta_inter"] == pytest.approx(4 * one["beta_inter"])
     assert four["beta_vendor_intra"] == one["beta_vendor_intra"]
+
+
+# ---- all-to-all ---------------------------------------------------------------------------------------
+
+# Hand-computed (costs.py docstring): n = N bytes is one rank's send buffer, p = nodes x L blocks of N/p. A flat
+# step k (rank r sends to r + k) costs one far-link message as soon as any pair crosses nodes, its bytes times
+# max(1, c / nics) where c of the node's L ranks cross at that step; pairwise copies its own block. The
+# hierarchy: pack (copy N), intra all-to-all among L (blocks N/L), regroup (copy N), inter all-to-all among the
+# nodes (blocks N/nodes, bytes times the NIC share max(1, L/nics)); one rank a node: the inter phase alone.
+A2A_CASES = [
+    # 2 nodes x 2, 1 NIC: steps k = 1, 2, 3 cross with 1, 2, 1 ranks of a node: bytes N/4 x (1 + 2 + 1) = N,
+    # which is what the node must send off it (L (nodes-1)/nodes N = N) through its one NIC.
+    ("pairwise", 2, 2, 1, {"alpha_inter": 3, "beta_inter": N, "copy": N / 4}),
+    # the same with a NIC per rank: every step one block at one NIC's speed (the on-node pair of steps 1 and 3
+    # waits for the crossing one).
+    ("pairwise", 2, 2, 2, {"alpha_inter": 3, "beta_inter": 3 * N / 4, "copy": N / 4}),
+    # pccl's mpi is MPI_Alltoallv: MPICH runs it as scattered, priced as pairwise with MPI's own latency.
+    ("mpi", 2, 2, 2, {"alpha_mpi_native": 3, "beta_inter": 3 * N / 4, "copy": N / 4}),
+    # the vendor library: the node's aggregate bandwidth shared by the crossing ranks' streams (1, 2, 1).
+    ("vendor", 2, 2, 2, {"alpha_vendor_step": 3, "beta_vendor_inter": N, "copy": N / 4}),
+    # 3 nodes x 2, 1 NIC: steps 1..5 cross with 1, 2, 2, 2, 1 ranks: N/6 x 8 = 4N/3 (= L (3-1)/3 N).
+    ("pairwise", 3, 2, 1, {"alpha_inter": 5, "beta_inter": 4 * N / 3, "copy": N / 6}),
+    # hier:pairwise, 2 x 2, 1 NIC: pack N; intra vendor pairwise of 2 (1 step, N/2, own N/2 copied); regroup N;
+    # inter pairwise of 2 nodes (1 step of N/2, two ranks on the NIC: N; own N/2 copied).
+    ("hier:pairwise", 2, 2, 1, {"alpha_vendor_intra": 1, "beta_vendor_intra": N / 2, "alpha_inter": 1,
+                                "beta_inter": N, "copy": 3 * N}),
+    # hier-mpi:mpi, 2 x 2, 2 NICs: MPI (Alltoallv, pairwise) on both levels; NIC share 1.
+    ("hier-mpi:mpi", 2, 2, 2, {"alpha_mpi_native": 2, "beta_intra": N / 2, "beta_inter": N / 2, "copy": 3 * N}),
+    # hier:pairwise, 3 x 2, 1 NIC: intra as above; inter 2 steps of N/3 with share 2: 4N/3; copies
+    # N + N/2 + N + N/3.
+    ("hier:pairwise", 3, 2, 1, {"alpha_vendor_intra": 1, "beta_vendor_intra": N / 2, "alpha_inter": 2,
+                                "beta_inter": 4 * N / 3, "copy": 17 * N / 6}),
+    # One node of 4: flat pairwise stays on the node; the hierarchy adds pack, regroup and the one-peer inter
+    # phase's copy of the whole buffer.
+    ("pairwise", 1, 4, 4, {"alpha_intra": 3, "beta_intra": 3 * N / 4, "copy": N / 4}),
+    ("hier:pairwise", 1, 4, 4, {"alpha_vendor_intra": 3, "beta_vendor_intra": 3 * N / 4, "copy": 3.25 * N}),
+    # One rank a node: the hierarchy is its inter phase, the flat schedule among the nodes.
+    ("hier:pairwise", 4, 1, 1, {"alpha_inter": 3, "beta_inter": 3 * N / 4, "copy": N / 4}),
+    ("pairwise", 4, 1, 1, {"alpha_inter": 3, "beta_inter": 3 * N / 4, "copy": N / 4}),
+]
+
+
+@pytest.mark.parametrize("name,nodes,local,nics,expected", A2A_CASES,
+                         ids=[f"{a}-{n}x{l}-k{k}" for a, n, l, k, _ in A2A_CASES])
+def test_all_to_all_terms_match_hand_computed_values(name, nodes, local, nics, expected):
+    assert_terms(terms("all_to_all", name, N, nodes, local, nics), {"overhead": 1.0, **expected})
+
+
+def test_all_to_all_hierarchical_phases_run_in_order():
+    labels = [label for label, _ in costs.hierarchical_phases("all_to_all", "pairwise", N, 3, 4, 2)]
+    assert labels == ["pack", "intra vendor all_to_all", "regroup", "inter pairwise"]
+    labels = [label for label, _ in costs.hierarchical_phases("all_to_all", "mpi", N, 3, 4, 2, "mpi")]
+    assert labels == ["pack", "intra mpi all_to_all", "regroup", "inter mpi"]
+    assert [label for label, _ in costs.hierarchical_phases("all_to_all", "mpi", N, 3, 1, 1)] == ["inter mpi"]
+
+
+def test_all_to_all_mpich_choice_and_bruck():
+    # MPICH 5.0's built-in selection for MPI_Alltoall: Bruck from 8 ranks with blocks of at most 256 bytes.
+    assert costs.mpich_all_to_all(256, 8, vector=False) == "bruck"
+    assert costs.mpich_all_to_all(257, 8, vector=False) == "pairwise"
+    assert costs.mpich_all_to_all(4, 7, vector=False) == "pairwise"
+    assert costs.mpich_all_to_all(4, 64, vector=True) == "pairwise"  # MPI_Alltoallv: always scattered
+    assert costs.mpich_all_to_all(4, 64) == ("pairwise" if costs.MPI_A2A_VECTOR else "bruck")
+    # Bruck on one node of 8: 3 steps (distances 1, 2, 4), each carrying the 4 blocks of 1..7 with that bit
+    # set (N/2); rotations in and out (2N) and each step's pack and unpack (2 x N/2).
+    assert_terms(costs.a2a_bruck(costs.mpi_intra_net(8).native(), N),
+                 {"alpha_mpi_native": 3, "beta_intra": 1.5 * N, "copy": 2 * N + 3 * N})
+    # 2 nodes x 4 with 1 NIC (share 4): distances 1 and 2 cross with 1 and 2 ranks, 4 with all 4.
+    bruck = costs.a2a_bruck(costs.flat_net(2, 4, 1), N)
+    assert_terms(bruck, {"alpha_inter": 3, "beta_inter": N / 2 * (1 + 2 + 4), "copy": 5 * N})
+
+
+def _slow_network(profile: MachineProfile) -> MachineProfile:
+    """``profile`` behind a slow network: 50 us and 1 GB/s between nodes."""
+    return profile.with_inter_link(50e-6, 1e-9)
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_all_to_all_hierarchy_wins_between_nodes_on_a_slow_link(nodes):
+    # Perlmutter's layout, 4 ranks and 4 NICs a node: flat steps wait for their crossing pair, (p-1)/p N at one
+    # NIC's speed; the hierarchy moves (nodes-1)/nodes N between nodes, in nodes-1 messages, not p-1.
+    slow = _slow_network(load("perlmutter"))
+    for nbytes in (64 << 10, 64 << 20):
+        hier = predict("all_to_all", "hier:pairwise", nbytes, nodes, 4, slow)
+        for flat in ("pairwise", "mpi", "vendor"):
+            assert hier < predict("all_to_all", flat, nbytes, nodes, 4, slow), (flat, nbytes)
+    assert costs.best("all_to_all", 64 << 20, nodes, 4, slow)[0].startswith("hier")
+
+
+def test_all_to_all_hierarchy_does_not_pay_on_one_node():
+    slow = _slow_network(load("perlmutter"))
+    for nbytes in (64 << 10, 64 << 20):
+        # the same intra-node library, plus the pack, the regroup and the one-peer copy
+        assert predict("all_to_all", "hier-mpi:pairwise", nbytes, 1, 4, slow) > predict(
+            "all_to_all", "pairwise", nbytes, 1, 4, slow)
+        assert predict("all_to_all", "hier:pairwise", nbytes, 1, 4, slow) > predict(
+            "all_to_all", "vendor", nbytes, 1, 4, slow)
+        assert not costs.best("all_to_all", nbytes, 1, 4, slow)[0].startswith("hier")
 
 
 def test_hier_mpi_uses_native_latency_between_nodes():
@@ -362,6 +461,24 @@ def test_frontier_sweep_hierarchical_wins_at_scale():
         speedups = [p.speedup for p in points if p.collective == collective]
         assert speedups[-1] > 10, (collective, speedups)
         assert all(a < b for a, b in zip(speedups, speedups[1:])), (collective, speedups)
+
+
+def test_frontier_sweep_all_to_all():
+    points = sweep(load("frontier"), parse_gpus("8..2048"), [1 << 20, 64 << 20], ["all_to_all"])
+    assert len(points) == 2 * 9 and {p.collective for p in points} == {"all_to_all"}
+    for nbytes in (1 << 20, 64 << 20):
+        speedups = [p.speedup for p in points if p.nbytes == nbytes]
+        assert all(a < b for a, b in zip(speedups[1:], speedups[2:])), speedups  # growing from 2 nodes on
+        assert speedups[-1] > 2, speedups
+    assert all(p.hier_algorithm in algorithms("all_to_all") for p in points)
+
+
+def test_default_sweep_covers_every_collective_and_keeps_the_others_unchanged():
+    frontier = load("frontier")
+    everything = sweep(frontier, [64], [16 << 20])
+    three = sweep(frontier, [64], [16 << 20], ["all_gather", "reduce_scatter", "all_reduce"])
+    assert [p for p in everything if p.collective != "all_to_all"] == three
+    assert [p.collective for p in everything] == ["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 
 
 def test_cli(tmp_path, capsys):
