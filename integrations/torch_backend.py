@@ -3,9 +3,9 @@
     dist.init_process_group("pccl")            # under mpiexec, torchrun, deepspeed or accelerate
     dist.new_group(ranks, backend="pccl")      # a subgroup
 
-A :class:`PcclProcessGroup` runs all-reduce, all-gather and reduce-scatter (tensor and list forms, both
-the torch 2.13 names and the older ones, coalesced forms) through pccl's API on CPU tensors, with real
-async work handles, and delegates every other call (broadcast, barrier, all_to_all, send/recv, gather,
+A :class:`PcclProcessGroup` runs all-reduce, all-gather, reduce-scatter and all-to-all (tensor and list forms,
+both the torch 2.13 names and the older ones, coalesced forms) through pccl's API on CPU tensors, with real
+async work handles, and delegates every other call (broadcast, barrier, send/recv, gather,
 scatter, reduce, ...) and tensors of other devices to a private gloo group built from the same store. It is a
 drop-in: what pccl does not implement (dtypes such as uint8 or bool, the bitwise ops, sparse or non-contiguous
 tensors, uneven lists) goes to that vendor group unchanged, decided before pccl's API is called, counted per kind
@@ -67,7 +67,6 @@ BACKEND_NAME = "pccl"
 # Calls pccl leaves to the vendor library, unchanged: ProcessGroup method -> the gloo backend's method.
 DELEGATED = {
     "broadcast": "broadcast", "barrier": "barrier", "monitored_barrier": "monitored_barrier",
-    "alltoall": "alltoall", "alltoall_base": "alltoall_base", "all_to_all_single": "alltoall_base",
     "send": "send", "recv": "recv", "recv_anysource": "recv_anysource", "gather": "gather",
     "scatter": "scatter", "reduce": "reduce", "allgather_coalesced": "allgather_coalesced",
 }
@@ -340,6 +339,36 @@ class PcclProcessGroup(dist.ProcessGroup):
         flat = torch.cat([p.reshape(-1) for p in parts])
         return _as_work(api.reduce_scatter_tensor(out, flat, op, async_op=True, comm=comm), outputs)
 
+    # -- all-to-all -------------------------------------------------------------------------------------
+    @_falls_back
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+        """torch's ``all_to_all_single``: split sizes in rows of dim 0 (empty lists: equal splits)."""
+        comm = self._route((output, input))
+        if overlaps(output, input):
+            raise _Unserved("overlapping buffers")
+        work = api.all_to_all_single(output, input, list(output_split_sizes) or None,
+                                     list(input_split_sizes) or None, async_op=True, comm=comm)
+        return _as_work(work, output)
+
+    all_to_all_single = alltoall_base
+
+    @_falls_back
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        """List form: ``input_tensors[j]`` goes to rank j, ``output_tensors[i]`` comes from rank i (any sizes)."""
+        comm = self._route((*output_tensors, *input_tensors))
+        if len(output_tensors) != self._size or len(input_tensors) != self._size:
+            raise _Unserved("lists that are not one tensor per rank")
+        inp = torch.cat([t.reshape(-1) for t in input_tensors])
+        flat = torch.empty(sum(t.numel() for t in output_tensors), dtype=inp.dtype, device=inp.device)
+        work = api.all_to_all_single(flat, inp, [t.numel() for t in output_tensors],
+                                     [t.numel() for t in input_tensors], async_op=True, comm=comm)
+
+        def copy_out() -> None:
+            for out, chunk in zip(output_tensors, flat.split([t.numel() for t in output_tensors])):
+                out.copy_(chunk.view_as(out))
+
+        return _as_work(work, output_tensors, then=copy_out)
+
 
 def _delegate(name: str, target: str):
     def call(self, *args, **kwargs):
@@ -557,11 +586,11 @@ def _mpi_endpoint() -> tuple[str, int]:
 
 
 ROUTED = ("allreduce", "allreduce_coalesced", "_allgather_base", "allgather", "allgather_into_tensor_coalesced",
-          "_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced")
+          "_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall")
 
 
 def bypassed(group: dist.ProcessGroup | None = None) -> dict[str, int]:
-    """All-gathers, reduce-scatters and all-reduces of a pccl group that went to the vendor group, by
+    """All-gathers, reduce-scatters, all-reduces and all-to-alls of a pccl group that went to the vendor group, by
     ``"method:kind"``: ``device cpu`` (a device the group's map gives to another library), ``dtype uint8``,
     ``op BAND``, ``op AVG on int32``, ``non-contiguous``, ``uneven sizes``, ...; empty when every one ran
     through pccl."""

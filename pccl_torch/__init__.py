@@ -4,6 +4,7 @@
     comm = pccl_torch.init()                      # under mpiexec or torchrun; PCCL_LOCAL_SIZE=k emulates nodes
     pccl_torch.all_reduce(t)                      # algorithm chosen per call
     pccl_torch.all_gather_into_tensor(out, t, algorithm="hier:bruck")
+    pccl_torch.all_to_all_single(out, t, out_splits, in_splits)  # MoE dispatch: two-level across nodes
     pccl_torch.shutdown()
 """
 
@@ -12,6 +13,7 @@ from pccl_torch.api import (
     all_gather_into_tensor,
     all_gather_single,
     all_reduce,
+    all_to_all_single,
     choose_algorithm,
     init,
     reduce_scatter_single,
@@ -49,6 +51,7 @@ __all__ = [
     "all_gather_into_tensor",
     "all_gather_single",
     "all_reduce",
+    "all_to_all_single",
     "choose_algorithm",
     "default_communicator",
     "init",

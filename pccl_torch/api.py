@@ -26,7 +26,9 @@ from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, defa
                                      require_uninitialized, set_default)
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
 from pccl_torch.plan import Plan, algorithm_names, runnable_names
-from pccl_torch.validation import check_reduction, check_same_dtype, check_sizes, check_tensor
+from pccl_torch.algorithms import Blocks
+from pccl_torch.validation import (check_reduction, check_same_dtype, check_sizes, check_split_sizes, check_tensor,
+                                   overlaps, row_elements)
 from pccl_torch.work import Work
 
 def init(comm=None, *, local_size: int | None = None, device: str | torch.device | None = None,
@@ -236,6 +238,59 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
                       reduction.op, compression, async_op,
                       lambda plan, keep: calls.all_reduce_body(comm, plan, reduction, tensor.dtype, nbytes, keep))
     return bound(tensor)
+
+
+UNEVEN_CHOICE_BYTES = 1 << 20
+"""The input size an all-to-all with split sizes is chosen for: its real size differs from rank to rank, and
+every rank must choose the same plan."""
+
+
+def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None = None,
+                      input_split_sizes: list[int] | None = None, *, algorithm: str | None = None,
+                      async_op: bool = False, comm: Communicator | None = None,
+                      compression: str | None = None) -> Work | None:
+    """Rank ``j`` receives block ``j`` of every rank's ``input``; ``output`` holds the blocks in source rank order.
+
+    As ``torch.distributed.all_to_all_single``: blocks are rows along dim 0, ``input_split_sizes[j]`` rows for rank
+    ``j`` and ``output_split_sizes[i]`` rows from rank ``i`` (zeros allowed); None splits dim 0 equally. Rank
+    ``i``'s ``input_split_sizes[j]`` must be rank ``j``'s ``output_split_sizes[i]`` (checked with
+    ``PCCL_DEBUG=check``); pass split sizes on every rank or on none: calls with split sizes, whose size differs
+    by rank, are chosen alike on every rank as calls of :data:`UNEVEN_CHOICE_BYTES`. ``input`` is never modified
+    and may not overlap ``output``. ``compression`` encodes the blocks that cross nodes, each at its source.
+    """
+    comm = comm or default_communicator()
+    check_tensor(output, "output", comm.device)
+    check_tensor(input, "input", comm.device)
+    check_same_dtype(output, input)
+    row = row_elements(input, "input")
+    if row_elements(output, "output") != row:
+        raise ValueError(f"output rows (dim 0) have {row_elements(output, 'output')} elements but input rows have "
+                         f"{row}: all_to_all_single moves whole rows, so their shapes after dim 0 must hold as many")
+    world = comm.topology.world_size
+    send_rows = check_split_sizes(input_split_sizes, "input_split_sizes", input, "input", world)
+    recv_rows = check_split_sizes(output_split_sizes, "output_split_sizes", output, "output", world)
+    even = input_split_sizes is None and output_split_sizes is None
+    if even and output.numel() != input.numel():
+        raise ValueError(f"output has {output.numel()} elements but input has {input.numel()}: with no split sizes "
+                         "every block is the same size, so they must match (or pass split sizes)")
+    if overlaps(output, input):
+        raise ValueError("output overlaps input: all_to_all_single needs separate buffers")
+    send = Blocks.even(world, row * send_rows[0]) if even else Blocks.from_counts([r * row for r in send_rows])
+    recv = send if even else Blocks.from_counts([r * row for r in recv_rows])
+    job = calls.Exchange(input, send, recv, even)
+    nbytes = input.numel() * input.element_size()
+    if not even:  # sizes change call to call: chosen (cached by the choice) and counted per call, never bound
+        choice = comm.choice if comm.choice is not None else choice_of(comm)
+        plan, _ = choice.bind_plan(comm, "all_to_all", algorithm, UNEVEN_CHOICE_BYTES,  # type: ignore[attr-defined]
+                                   input.dtype, compression)
+        return calls.BoundCall(comm, plan, calls.all_to_all_body(comm, plan), nbytes, async_op,
+                               calls.signature(plan, input.dtype, -1, None))(output, job)
+    key = ("all_to_all", input.dtype, input.numel(), algorithm, compression, async_op)
+    bound = _lookup(comm, key)
+    if bound is None:
+        bound = _bind(comm, (key,), "all_to_all", algorithm, nbytes, input.dtype, input.numel(), None, compression,
+                      async_op, lambda plan, keep: calls.all_to_all_body(comm, plan))
+    return bound(output, job)
 
 
 # torch 2.13 names for the same calls.

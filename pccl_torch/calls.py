@@ -20,13 +20,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from time import perf_counter
+from typing import NamedTuple
 
 import torch
 
+from pccl_torch.algorithms import Blocks
 from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction
 from pccl_torch.plan import Plan
-from pccl_torch.signature import Signature, agree
+from pccl_torch.signature import Signature, agree, agree_splits
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.triton_kernels import scale_
 from pccl_torch.work import Work
@@ -34,9 +36,22 @@ from pccl_torch.work import Work
 MAX_SHAPES = 4096
 """Bound calls per communicator before the cache starts over."""
 
-Body = Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+Body = Callable[[torch.Tensor, "torch.Tensor | Exchange | None"], torch.Tensor]
 """What a bound call runs: ``body(a, b)`` with ``a`` the buffer (all-reduce) or output, ``b`` the input (None for
-an all-reduce, or for an all-gather whose input is this rank's block of the output)."""
+an all-reduce, or for an all-gather whose input is this rank's block of the output; an :class:`Exchange` for an
+all-to-all)."""
+
+
+class Exchange(NamedTuple):
+    """An all-to-all call's input and its blocks (sizes may change from call to call of one bound shape)."""
+
+    input: torch.Tensor
+    send: Blocks
+    """Elements of ``input`` for each rank, end to end."""
+    recv: Blocks
+    """Elements of the output from each rank, end to end."""
+    even: bool
+    """Every rank passed no split sizes (equal blocks everywhere)."""
 
 
 class BoundCall:
@@ -235,6 +250,20 @@ def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dty
             return body(out, inp) if out_bytes and o < i + nbytes and i < o + out_bytes else native(out, inp)
 
         return direct
+    return body
+
+
+def all_to_all_body(comm, plan: Plan) -> Body:
+    """The body of an all-to-all under ``plan``; with checking on, the ranks first agree that their split sizes
+    mirror each other."""
+    check = comm.check
+
+    def body(out: torch.Tensor, job: Exchange) -> torch.Tensor:
+        if check:
+            agree_splits(comm, job.send.counts, job.recv.counts)
+        plan.run_all_to_all(comm, _flat(out), _flat(job.input), job.send, job.recv, even=job.even)
+        return out
+
     return body
 
 

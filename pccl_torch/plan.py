@@ -59,9 +59,14 @@ def family(collective: Collective) -> list[str]:
     return [name for name in algorithms.names(collective) if name != "native"]
 
 
+PIPELINED_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+"""The collectives with a pipelined hierarchical schedule (``hier:pipelined``)."""
+
+
 def hierarchical_inner(collective: Collective) -> list[str]:
-    """What may follow ``hier:``: the family, the MPI library's own collective, and the pipelined schedule."""
-    return family(collective) + ["mpi", PIPELINED]
+    """What may follow ``hier:``: the family, the MPI library's own collective, and the pipelined schedule
+    where the collective has one."""
+    return family(collective) + ["mpi"] + ([PIPELINED] if collective in PIPELINED_COLLECTIVES else [])
 
 
 def hier_prefix(library: str | None) -> str:
@@ -209,6 +214,22 @@ class Plan:
         else:
             self._between("all_reduce")(getattr(levels, self.transport), buf, op)
 
+    def run_all_to_all(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor, send: Blocks, recv: Blocks, *,
+                       even: bool = False) -> None:
+        """``even``: every rank of the call passed equal blocks (the hierarchy skips its count exchange). With a
+        wire format, the blocks that cross nodes are encoded at their source and the plan moves the bytes."""
+        if self.compression is not None:
+            exact = dataclasses.replace(self, compression=None)
+            world, local = levels.world, levels.world.size // levels.inter.size
+            compressed.all_to_all(compression.get(self.compression),
+                                  lambda o, i, s, r: exact.run_all_to_all(levels, o, i, s, r, even=even),
+                                  functools.partial(_announce, world), out, inp, send, recv, world.rank, local)
+        elif self.hierarchical:
+            hierarchical.all_to_all(levels.intra_level(self.intra), levels.inter, self._between("all_to_all"), out,
+                                    inp, send, recv, even=even)
+        else:
+            self._between("all_to_all")(getattr(levels, self.transport), out, inp, send, recv)
+
     def compressed(self, fmt: str, *, pipeline: bool = True) -> "Plan":
         """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures). A
         pipelined plan stays pipelined with the fixed-size formats (``compression.pipelined``) when ``pipeline``,
@@ -218,6 +239,13 @@ class Plan:
         if self.pipelined and not (pipeline and compression.get(fmt).fixed_size):
             base = dataclasses.replace(resolve(self.collective, HIER_PREFIX + "mpi"), chunks=1)
         return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt)
+
+
+def _announce(world: Transport, sizes: list[int]) -> list[int]:
+    """Tell each rank what this one sends it (``sizes[j]`` to rank ``j``); what each sends this rank."""
+    told = torch.empty(world.size, dtype=torch.int64)
+    world.native_all_to_all(told, torch.tensor(sizes, dtype=torch.int64), [1] * world.size, [1] * world.size)
+    return told.tolist()
 
 
 def resolve(collective: Collective, name: str) -> Plan:

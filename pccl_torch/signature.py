@@ -84,3 +84,21 @@ def agree(comm: "Communicator", signature: Signature, sequence: int) -> None:
     comm.world.native_all_gather(rows, mine)
     if bool((rows != mine).any()):
         raise PcclMismatchError(f"pccl {signature.collective} #{sequence} not run: {describe(rows.tolist())}")
+
+
+def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts: tuple[int, ...]) -> None:
+    """All-gather every rank's all-to-all counts; raise :class:`PcclMismatchError` on every rank where a rank's
+    count for a peer is not the peer's count from it (the data would be cut short or hang)."""
+    p = comm.topology.world_size
+    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64)
+    table = torch.empty(p * 2 * p, dtype=torch.int64)
+    comm.world.native_all_gather(table, mine)
+    rows = table.view(p, 2 * p).tolist()
+    wrong = [(i, j) for i in range(p) for j in range(p) if rows[i][j] != rows[j][p + i]]
+    if wrong:
+        shown = "; ".join(f"rank {i} sends rank {j} {rows[i][j]} elements but rank {j} expects {rows[j][p + i]} "
+                          f"from it" for i, j in wrong[:4])
+        more = f" (and {len(wrong) - 4} more pairs)" if len(wrong) > 4 else ""
+        raise PcclMismatchError(f"pccl all_to_all not run: split sizes disagree across ranks: "
+                                f"{shown}{more}; rank i's input_split_sizes[j] must equal rank j's "
+                                f"output_split_sizes[i]")

@@ -3,6 +3,8 @@ with a message naming what was given and what is expected (and nothing is sent o
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from pccl_torch.ops import SUPPORTED_DTYPES, ReduceOp, Reduction
@@ -62,3 +64,36 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     a0, b0 = a.data_ptr(), b.data_ptr()
     return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
+def row_elements(tensor: torch.Tensor, name: str) -> int:
+    """Elements in one row along dim 0 (what an all-to-all's split sizes count); a 0-dim tensor raises."""
+    if tensor.dim() == 0:
+        raise ValueError(f"{name} is a 0-dim tensor: all_to_all_single splits along dim 0; pass a tensor of at "
+                         "least one dimension")
+    return tensor.numel() // tensor.shape[0] if tensor.shape[0] else math.prod(tensor.shape[1:])
+
+
+def check_split_sizes(splits: object, name: str, tensor: torch.Tensor, tensor_name: str, world: int) -> list[int]:
+    """Rows of ``tensor`` per rank: ``splits`` (a sequence of ``world`` non-negative ints summing to its dim 0), or
+    equal shares when None (dim 0 must divide by ``world``)."""
+    rows = tensor.shape[0]
+    if splits is None:
+        if rows % world:
+            raise ValueError(f"{tensor_name} has {rows} rows along dim 0, which do not split equally over {world} "
+                             f"ranks: pass {name}, or make dim 0 a multiple of {world}")
+        return [rows // world] * world
+    if isinstance(splits, (str, bytes)) or not hasattr(splits, "__len__"):
+        raise TypeError(f"{name} must be a list of {world} ints (rows per rank), got {type(splits).__name__}")
+    values = list(splits.tolist() if isinstance(splits, torch.Tensor) else splits)
+    if len(values) != world:
+        raise ValueError(f"{name} has {len(values)} entries; expected one per rank ({world})")
+    for rank, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name}[{rank}] is {value!r} ({type(value).__name__}); split sizes are ints")
+        if value < 0:
+            raise ValueError(f"{name}[{rank}] is {value}: split sizes cannot be negative")
+    if sum(values) != rows:
+        raise ValueError(f"{name} sums to {sum(values)} rows, but {tensor_name} has {rows} rows along dim 0: they "
+                         "must match")
+    return values

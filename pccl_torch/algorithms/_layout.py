@@ -1,5 +1,6 @@
 """Shared geometry of the schedules: how a buffer splits into per-rank blocks, and the
-non-power-of-two fold that lets recursive doubling/halving run on any rank count.
+non-power-of-two fold that lets recursive doubling/halving run on any rank count, and the regrouping of
+blocks an all-to-all needs.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ import functools
 from dataclasses import dataclass
 
 import torch
+
+from pccl_torch.triton_kernels import permute_blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +100,21 @@ class Fold:
     def first_rank(self, v: int) -> int:
         """The original rank (and block) that virtual rank ``v`` starts at; ``first_rank(pof2) == p``."""
         return 2 * v if v < self.rem else v + self.rem
+
+
+def transpose_blocks(src: torch.Tensor, dst: torch.Tensor, sizes: list[list[int]]) -> torch.Tensor:
+    """Write ``src``, consecutive blocks in order ``(i, j)`` with ``sizes[i][j]`` elements, into ``dst`` in order
+    ``(j, i)`` (the regrouping of a hierarchical all-to-all). Equal blocks take the pack kernel
+    (``permute_blocks``); uneven ones one concatenation of views. Returns ``dst``."""
+    rows, cols = len(sizes), len(sizes[0]) if sizes else 0
+    first = sizes[0][0] if rows and cols else 0
+    if all(size == first for row in sizes for size in row):
+        return permute_blocks(src, dst, rows, cols, first)
+    offsets, start = [], 0
+    for row in sizes:
+        offsets.append([])
+        for size in row:
+            offsets[-1].append(start)
+            start += size
+    views = [src[offsets[i][j]:offsets[i][j] + sizes[i][j]] for j in range(cols) for i in range(rows)]
+    return torch.cat(views, out=dst)

@@ -6,6 +6,11 @@ P = N nodes x L ranks; global rank = node * L + local rank; n = elements per ran
   inter RS among local-rank peers. Only n*N per rank crosses nodes, already reduced inside the node.
 - all-gather: inter AG among local-rank peers -> [N, n]; intra AG -> [L, N, n]; unpack to [N, L, n].
 - all-reduce: intra RS to a 1/L shard; inter AR on the shard; intra AG.
+- all-to-all (Tutel's 2D all-to-all, for any block sizes): inside the node, local rank l sends local rank k
+  every block destined to local rank k of any node; between nodes, local rank k sends each peer node one
+  message, what its node holds for that node's local rank k, and receives straight into the output (the
+  blocks arrive in source-rank order). Each rank sends N-1 messages across the network instead of P-1. With
+  uneven blocks the node's ranks first all-gather their send counts (P integers each, inside the node).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from pccl_torch.algorithms._layout import Blocks
+from pccl_torch.algorithms._layout import Blocks, transpose_blocks
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 from pccl_torch.triton_kernels import permute_blocks
@@ -55,3 +60,36 @@ def all_reduce(intra: Transport, inter: Transport, inter_all_reduce: Callable[..
     intra.native_all_gather(padded, shard)
     if padded is not buf:
         buf.copy_(padded[:n])
+
+
+def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..., None], out: torch.Tensor,
+               inp: torch.Tensor, send: Blocks, recv: Blocks, *, even: bool = False) -> None:
+    """``even``: every rank of the call sends equal blocks (the node's send counts need no exchange)."""
+    nodes, local, k = inter.size, intra.size, intra.rank
+    if local == 1:
+        inter_all_to_all(inter, out, inp, send, recv)
+        return
+    counts = _node_send_counts(intra, send, even, inp.device)  # counts[l][m * local + j]: local rank l's block for (m, j)
+    mine = [[send.counts[m * local + j] for j in range(local)] for m in range(nodes)]
+    packed = torch.empty_like(inp)
+    transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
+    held = [[counts[l][m * local + k] for m in range(nodes)] for l in range(local)]  # from local rank l, for node m
+    gathered = torch.empty(sum(map(sum, held)), dtype=inp.dtype, device=inp.device)
+    intra.native_all_to_all(gathered, packed, [sum(mine[m][j] for m in range(nodes)) for j in range(local)],
+                            [sum(row) for row in held])
+    outgoing = torch.empty_like(gathered)
+    transpose_blocks(gathered, outgoing, held)  # (local rank, node) -> (node, local rank)
+    to_nodes = Blocks.from_counts([sum(held[l][m] for l in range(local)) for m in range(nodes)])
+    from_nodes = Blocks.from_counts([sum(recv.counts[m * local:(m + 1) * local]) for m in range(nodes)])
+    inter_all_to_all(inter, out, outgoing, to_nodes, from_nodes)
+
+
+def _node_send_counts(intra: Transport, send: Blocks, even: bool, device: torch.device) -> list[list[int]]:
+    """Every node-mate's send counts (``[local rank][destination rank]``): this rank's repeated when ``even``,
+    else all-gathered inside the node (on the data's device: NCCL takes CUDA tensors only)."""
+    if even:
+        return [list(send.counts)] * intra.size
+    mine = torch.tensor(send.counts, dtype=torch.int64, device=device)
+    table = torch.empty(intra.size * mine.numel(), dtype=torch.int64, device=device)
+    intra.native_all_gather(table, mine)
+    return table.view(intra.size, -1).tolist()

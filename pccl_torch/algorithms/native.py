@@ -34,3 +34,9 @@ def reduce_scatter(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: B
 @register("all_reduce", "native", summary="the transport's own all-reduce", cost=_COST)
 def all_reduce(t: Transport, buf: torch.Tensor, op: ReduceOp) -> None:
     t.native_all_reduce(buf, op)
+
+
+@register("all_to_all", "native", summary="the transport's own all-to-all (MPI's Alltoallv, gloo's or NCCL's)",
+          cost=_COST)
+def all_to_all(t: Transport, out: torch.Tensor, inp: torch.Tensor, send: Blocks, recv: Blocks) -> None:
+    t.native_all_to_all(out, inp, send.counts, recv.counts)

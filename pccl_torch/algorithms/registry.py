@@ -9,6 +9,9 @@ fail with the list of valid names. Calling conventions, by collective:
 - ``reduce_scatter(t, inp, out, blocks, op)``: ``out`` receives block ``t.rank`` of the element-wise
   ``op`` of every rank's ``inp``; ``inp`` is never modified.
 - ``all_reduce(t, buf, op)``: in place; the result is bitwise identical on every rank.
+- ``all_to_all(t, out, inp, send, recv)``: block ``j`` of ``inp`` (``send``, one block per rank, any sizes
+  including zero) goes to rank ``j``; block ``i`` of ``out`` (``recv``) comes from rank ``i``. Every rank's
+  ``send.counts[j]`` equals rank ``j``'s ``recv.counts[rank]``; ``inp`` is never modified.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-Collective = Literal["all_gather", "reduce_scatter", "all_reduce"]
-COLLECTIVES: tuple[Collective, ...] = ("all_gather", "reduce_scatter", "all_reduce")
+Collective = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+COLLECTIVES: tuple[Collective, ...] = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 
 F = TypeVar("F", bound=Callable[..., None])
 

@@ -1,6 +1,6 @@
 """Which wire format a call uses: ``compression=`` on the call, else ``PCCL_COMPRESSION`` for its collective.
 
-``PCCL_COMPRESSION=all_gather:int8,reduce_scatter:bf16`` (or one format for all three: ``PCCL_COMPRESSION=bf16``)
+``PCCL_COMPRESSION=all_gather:int8,reduce_scatter:bf16`` (or one format for every collective: ``PCCL_COMPRESSION=bf16``)
 is read once per communicator, as ``PCCL_ALGO`` is. The rule for dtypes a format does not apply to (bf16
 on a bfloat16 tensor, anything on integers): an explicit ``compression=`` is an error, raised before any
 communication; the environment's choice leaves such calls exact, so a job-wide setting never breaks a
@@ -28,7 +28,7 @@ def _check_format(_collective: str, name: str) -> None:
 
 
 def env_formats() -> dict[str, str]:
-    """``PCCL_COMPRESSION`` as {collective: format}: one format for all three collectives (``bf16``), or
+    """``PCCL_COMPRESSION`` as {collective: format}: one format for every collective (``bf16``), or
     ``collective:format,...``; ``none`` leaves a collective exact. A malformed value raises ``ValueError``
     naming the variable and what is valid."""
     formats = environment.per_collective(COMPRESSION_ENV, COLLECTIVES, _check_format, "all_gather:int8",

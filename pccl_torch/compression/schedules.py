@@ -13,9 +13,16 @@ stands in for an inter-node schedule.
   if a ring re-encoded partial sums.
 - all-reduce: the compressed reduce-scatter to a 1/p shard, then the compressed all-gather of the shards:
   every rank decodes the same bytes, so results are bitwise identical on every rank.
+- all-to-all: encode each block bound for another node once, at its source (its own absmax groups: a rank's
+  small values never share a scale with another's large ones), lay every block end to end as bytes (the
+  blocks that stay in the node as they are), run the plan's exact all-to-all on those bytes, two-level or
+  flat (variable-size wires announce their sizes first, one integer per peer), and decode each block in its
+  place at its destination.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -143,6 +150,47 @@ def all_reduce(fmt: WireFormat, t: Transport, buf: torch.Tensor, op: ReduceOp) -
     all_gather(fmt, t, padded, shard, layout)
     if padded is not buf:
         buf.copy_(padded[:n])
+
+
+
+def all_to_all(fmt: WireFormat, move: Callable[[torch.Tensor, torch.Tensor, Blocks, Blocks], None],
+               announce: Callable[[list[int]], list[int]], out: torch.Tensor, inp: torch.Tensor, send: Blocks,
+               recv: Blocks, me: int, local: int) -> None:
+    """``out`` block ``i`` = rank ``i``'s block for rank ``me``, through ``fmt`` where it crosses nodes (ranks
+    ``i // local`` and ``me // local`` differ), exact otherwise. ``move(out, inp, send, recv)`` runs the exact
+    all-to-all (any schedule, flat or two-level) on the bytes; ``announce(sizes)`` tells each rank the byte
+    count this rank sends it and returns what each sends this rank (variable-size formats only)."""
+    p, node = len(send.counts), me // local
+    size = inp.element_size()
+
+    def wire_of(i: int, count: int) -> int | None:  # bytes of one block on the wire (None: known once sent)
+        return count * size if i // local == node or count == 0 else fmt.wire_bytes(count, inp.dtype)
+
+    pieces = [wire_of(j, c) for j, c in enumerate(send.counts)]
+    encoded = {j: fmt.encode(send.block(inp, j)) for j, width in enumerate(pieces) if width is None}
+    send_bytes = Blocks.from_counts([aligned(encoded[j].numel() if w is None else w) for j, w in enumerate(pieces)])
+    outgoing = torch.zeros(send_bytes.total, dtype=torch.uint8, device=inp.device)
+    for j, width in enumerate(pieces):
+        slot = send_bytes.block(outgoing, j)
+        if j in encoded:
+            slot[:encoded[j].numel()].copy_(encoded[j])
+        elif j // local == node:
+            slot[:width].copy_(send.block(inp, j).view(torch.uint8))
+        elif width:
+            fmt.encode_into(send.block(inp, j), slot[:width])
+    widths = [wire_of(i, c) for i, c in enumerate(recv.counts)]
+    recv_bytes = Blocks.from_counts(announce(list(send_bytes.counts)) if None in widths else
+                                    [aligned(w) for w in widths])
+    incoming = torch.empty(recv_bytes.total, dtype=torch.uint8, device=inp.device)
+    move(incoming, outgoing, send_bytes, recv_bytes)
+    for i, count in enumerate(recv.counts):
+        if not count:
+            continue
+        wire, block = recv_bytes.block(incoming, i), recv.block(out, i)
+        if i // local == node:
+            block.view(torch.uint8).copy_(wire[:count * size])
+        else:
+            fmt.decode(wire if widths[i] is None else wire[:widths[i]], block)
 
 
 # Two-level forms for the fixed-size formats: the encoded bytes that crossed nodes are forwarded inside the

@@ -26,6 +26,8 @@ def flat_choice(collective: Collective, nbytes: int, ranks: int) -> str:
         return "recursive_doubling" if nbytes < MEDIUM and power_of_two else "ring"
     if collective == "reduce_scatter":
         return "recursive_halving" if nbytes < MEDIUM else "pairwise"
+    if collective == "all_to_all":
+        return "pairwise"  # MPICH: Bruck below 256 bytes a block, posted sends and receives, then pairwise
     if nbytes < SMALL_ALL_REDUCE:
         return "recursive_doubling"
     return "rabenseifner" if power_of_two or nbytes < MEDIUM else "ring"
@@ -45,6 +47,8 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
     """Algorithm name for a call of ``collective`` on a full buffer of ``nbytes`` bytes."""
     if topology.world_size == 1:
         return "mpi"  # one rank: every schedule is a copy, and MPI's own has the least Python around it
+    if collective == "all_to_all":  # MPI's own picks its schedule by size; the hierarchy cuts messages P-1 -> N-1
+        return HIER_PREFIX + "mpi" if topology.is_hierarchical else "mpi"
     if not topology.is_hierarchical:
         return flat_choice(collective, nbytes, topology.world_size)
     # The inter-node phase moves N/P of the buffer (AG, RS), or its 1/L shard (AR).
@@ -60,7 +64,8 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
 # schedule, which runs MPI's non-blocking collectives between nodes, lost to gloo and to MPI for
 # all-reduce and reduce-scatter (0.63-0.76x), while the ring between nodes won (1.17x over gloo, 1.94x
 # over MPI): with a node count that is not a power of two those two take the ring.
-NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20}
+NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20,
+                     "all_to_all": 64 * 1024}
 # With the inter-node link measured (pccl_torch.selection.links), all-gather and reduce-scatter go hierarchical from the size
 # that takes this long on it: at 200 Mbit/s (25 MB/s measured) the 64 KiB hierarchical all-gather and reduce-scatter
 # were 1.8-3.1x faster than MPICH's flat ones (2.6 ms of link time), while at 1 Gbit/s (124 MB/s) flat MPI still won
@@ -83,6 +88,8 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     :data:`NETWORK_RING_FROM`. ``inter_bytes_per_s``: the inter-node link's measured bandwidth, which moves the
     all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`) and sends small
     all-reduces hierarchical (:data:`NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS`)."""
+    if collective == "all_to_all":
+        return network_all_to_all_choice(nbytes)
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     if (inter_bytes_per_s and collective == "all_reduce" and not uneven
             and nbytes < inter_bytes_per_s * NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS):
@@ -95,3 +102,11 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     if uneven:
         return HIER_PREFIX + "ring"
     return HIER_PREFIX + (PIPELINED if nbytes >= NETWORK_PIPELINE_FROM else "mpi")
+
+
+def network_all_to_all_choice(nbytes: int) -> str:
+    """All-to-all across a network (``nbytes``: one rank's input): MPI's own below :data:`NETWORK_HIER_FROM`, the
+    two-level one from there (N-1 messages a rank cross the network instead of P-1)."""
+    if nbytes < NETWORK_HIER_FROM["all_to_all"]:
+        return "mpi"
+    return HIER_PREFIX + "mpi"

@@ -79,6 +79,12 @@ class Transport(abc.ABC):
         """In place element-wise ``op`` over every rank's ``tensor``."""
         raise NotImplementedError(f"{self.name} has no native all-reduce")
 
+    def native_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
+                          recv_counts: Sequence[int]) -> None:
+        """Consecutive blocks of ``inp`` (``send_counts[j]`` elements) go to rank ``j``; consecutive blocks of
+        ``out`` (``recv_counts[i]`` elements) come from rank ``i``."""
+        raise NotImplementedError(f"{self.name} has no native all-to-all")
+
     # Non-blocking native collectives, for schedules that overlap several (the pipelined hierarchy): each
     # returns a started request that ``wait`` completes within the transport's deadline.
     def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> object:

@@ -159,6 +159,16 @@ def _buffer(tensor: torch.Tensor, datatype: "MPI.Datatype" = MPI.BYTE) -> Any:
     return [MPI.buffer.fromaddress(tensor.data_ptr(), tensor.numel() * tensor.element_size()), datatype]
 
 
+def _counts_and_displacements(counts: Sequence[int], element_size: int) -> tuple[list[int], list[int]]:
+    """Byte counts and displacements of consecutive blocks of ``counts`` elements (an ``Alltoallv`` message)."""
+    sizes = [c * element_size for c in counts]
+    displacements, start = [], 0
+    for size in sizes:
+        displacements.append(start)
+        start += size
+    return sizes, displacements
+
+
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
@@ -258,6 +268,23 @@ class MPITransport(Transport):
                                   "MPI's native all-reduce")
         request = self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
         self._complete_collective(request, "MPI's native all-reduce", _nbytes(tensor))
+        return None
+
+    def native_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
+                          recv_counts: Sequence[int]) -> None:
+        if self._size == 1:
+            if out.numel():
+                out.copy_(inp[:out.numel()])
+            return None
+        if _needs_staging(inp) or _needs_staging(out):
+            with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
+                return self.native_all_to_all(rbuf, sbuf, send_counts, recv_counts)
+        size = inp.element_size()
+        send = [_buffer(inp)[0], _counts_and_displacements(send_counts, size), MPI.BYTE]
+        recv = [_buffer(out)[0], _counts_and_displacements(recv_counts, size), MPI.BYTE]
+        if self.blocking:
+            return self._blocking(self.comm.Alltoallv, (send, recv), "MPI's native all-to-all")
+        self._complete_collective(self.comm.Ialltoallv(send, recv), "MPI's native all-to-all", _nbytes(out))
         return None
 
     def _watch(self, what: str) -> watchdog.Watch:

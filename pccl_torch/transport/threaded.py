@@ -130,6 +130,17 @@ class ThreadedTransport(Transport):
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         tensor.copy_(self._reduced(tensor, op))
 
+    def native_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
+                          recv_counts: Sequence[int]) -> None:
+        counts = self._world.exchange(self._rank, torch.tensor(list(send_counts), dtype=torch.int64))
+        payloads = self._world.exchange(self._rank, inp)
+        pieces = []
+        for source, (theirs, payload) in enumerate(zip(counts, payloads)):
+            start = int(theirs[:self._rank].sum())
+            pieces.append(payload[start:start + recv_counts[source]])
+        if out.numel():
+            torch.cat(pieces, out=out)
+
     # The non-blocking forms run at once: every rank starts the same steps in the same order (the pipelined
     # schedules' rule), so running each to completion when it starts cannot deadlock.
     def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:

@@ -69,6 +69,15 @@ class TorchGroupTransport(Transport):
         return self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8), [], [],
                                         dist.AllToAllOptions())
 
+    def native_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
+                          recv_counts: Sequence[int]) -> None:
+        """torch's all-to-all on the bytes of the blocks (split sizes in bytes: any dtype, NCCL's included)."""
+        size = inp.element_size()
+        work = self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8),
+                                        [c * size for c in recv_counts], [c * size for c in send_counts],
+                                        dist.AllToAllOptions())
+        self.wait(work, "native all-to-all")
+
     def wait(self, request: dist.Work, what: str) -> None:
         self._wait([request], self.others(), what)
 

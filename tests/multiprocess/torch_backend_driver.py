@@ -80,16 +80,29 @@ def check_collectives(pg, gloo, rank: int, size: int) -> str | None:
     if problem := close(b, torch.zeros(3), "broadcast (delegated)"):
         return problem
     dist.barrier(group=pg)
+    # All-to-all through pccl: equal, uneven (rank i sends rank j (i + j) % 3 rows, zeros included), list form.
     a2a = torch.empty(size)
     dist.all_to_all_single(a2a, torch.arange(size, dtype=torch.float32) + 10 * rank, group=pg)
-    if problem := close(a2a, torch.tensor([10.0 * r + rank for r in range(size)]), "all_to_all_single (delegated)"):
+    if problem := close(a2a, torch.tensor([10.0 * r + rank for r in range(size)]), "all_to_all_single"):
+        return problem
+    sends, recvs = [(rank + j) % 3 for j in range(size)], [(i + rank) % 3 for i in range(size)]
+    uneven_in = torch.cat([torch.full((n, 2), 10.0 * rank + j) for j, n in enumerate(sends)])
+    uneven_out, reference = torch.empty(sum(recvs), 2), torch.empty(sum(recvs), 2)
+    dist.all_to_all_single(uneven_out, uneven_in, recvs, sends, group=pg)
+    dist.all_to_all_single(reference, uneven_in, recvs, sends, group=gloo)
+    if problem := close(uneven_out, reference, "all_to_all_single (uneven splits)"):
+        return problem
+    outs = [torch.empty(n, dtype=torch.int64) for n in recvs]
+    dist.all_to_all(outs, [torch.full((n,), 10 * rank + j, dtype=torch.int64) for j, n in enumerate(sends)], group=pg)
+    if problem := close(torch.cat(outs), torch.cat([torch.full((n,), 10 * i + rank, dtype=torch.int64)
+                                                    for i, n in enumerate(recvs)]), "all_to_all (list)"):
         return problem
     calls = pc.stats(communicator_of(pg))["calls"]
-    if min(calls.get(c, 0) for c in ("all_reduce", "all_gather", "reduce_scatter")) == 0:
+    if min(calls.get(c, 0) for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")) == 0:
         return f"pccl counters missed a collective: {calls}"
     if bypassed(pg):
         return f"collectives bypassed pccl to the vendor group: {bypassed(pg)}"
-    if min(pg.delegated.get(n, 0) for n in ("broadcast", "barrier", "all_to_all_single")) == 0:
+    if min(pg.delegated.get(n, 0) for n in ("broadcast", "barrier")) == 0:
         return f"delegated calls not counted: {dict(pg.delegated)}"
     return None
 

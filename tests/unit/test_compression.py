@@ -8,6 +8,7 @@ import functools
 import pytest
 import torch
 
+from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.algorithms import Blocks
 from pccl_torch.compression import FORMATS, get
 from pccl_torch.compression import pipelined as compressed_pipelined
@@ -110,7 +111,7 @@ def test_env_formats(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PCCL_COMPRESSION", "all_gather:int8, reduce_scatter:bf16")
     assert env_formats() == {"all_gather": "int8", "reduce_scatter": "bf16"}
     monkeypatch.setenv("PCCL_COMPRESSION", "bf16")
-    assert env_formats() == dict.fromkeys(("all_gather", "reduce_scatter", "all_reduce"), "bf16")
+    assert env_formats() == dict.fromkeys(COLLECTIVES, "bf16")
     monkeypatch.setenv("PCCL_COMPRESSION", "none")
     assert env_formats() == {}
     monkeypatch.setenv("PCCL_COMPRESSION", "all_gather:zip")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch import environment
 from pccl_torch.compression.config import env_formats
 from pccl_torch.plan import env_overrides
@@ -15,7 +16,7 @@ def test_values_are_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PCCL_COMPRESSION", " all_gather : int8 ,reduce_scatter: None ")
     assert env_formats() == {"all_gather": "int8"}
     monkeypatch.setenv("PCCL_COMPRESSION", " bf16 ")
-    assert env_formats() == dict.fromkeys(("all_gather", "reduce_scatter", "all_reduce"), "bf16")
+    assert env_formats() == dict.fromkeys(COLLECTIVES, "bf16")
 
 
 @pytest.mark.parametrize("variable, value, message", [

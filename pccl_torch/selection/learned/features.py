@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from pccl_torch.algorithms import COLLECTIVES
+LEARNED_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+"""The collectives a profile is trained on (one feature each); the others (all-to-all) are chosen by the rules."""
 
 FEATURE_NAMES: tuple[str, ...] = (
     "is_all_gather", "is_reduce_scatter", "is_all_reduce",
@@ -23,11 +24,12 @@ def feature_vector(collective: str, nbytes: int, ranks: int, local_size: int, dt
                    link_ratio: float = 1.0) -> list[float]:
     """Features of one call; ``nbytes`` is the full buffer (AG output, RS input, AR buffer); ``link_ratio``: the
     intra-node link's bandwidth over the inter-node link's (``Links.ratio``)."""
-    if collective not in COLLECTIVES:
-        raise ValueError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    if collective not in LEARNED_COLLECTIVES:
+        raise ValueError(f"no selector features for collective {collective!r}; expected one of "
+                         f"{', '.join(LEARNED_COLLECTIVES)}")
     nodes = max(ranks // max(local_size, 1), 1)
     return [
-        *(float(collective == c) for c in COLLECTIVES),
+        *(float(collective == c) for c in LEARNED_COLLECTIVES),
         math.log2(max(nbytes, 1)), math.log2(ranks), math.log2(nodes), math.log2(local_size), float(dtype_size),
         _pow2(ranks), _pow2(nodes), link_feature(link_ratio),
     ]

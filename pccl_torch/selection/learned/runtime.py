@@ -18,7 +18,7 @@ from pccl_torch.selection import heuristic
 from pccl_torch.selection.links import NONE as NO_LINKS
 from pccl_torch.selection.links import Links
 from pccl_torch.plan import names_for
-from pccl_torch.selection.learned.features import feature_vector, link_feature
+from pccl_torch.selection.learned.features import LEARNED_COLLECTIVES, feature_vector, link_feature
 from pccl_torch.selection.learned.profile import PROFILE_ENV, Profile
 from pccl_torch.topology import Topology
 
@@ -72,7 +72,10 @@ class Selector:
         return hit
 
     def covers(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, links: Links) -> bool:
-        """Whether the profile was trained on this call's layout and links (sizes aside: those are clamped)."""
+        """Whether the profile was trained on this call's collective, layout and links (sizes aside: those are
+        clamped)."""
+        if collective not in LEARNED_COLLECTIVES:
+            return False
         return self.profile.in_range(self._features(collective, nbytes, topology, dtype_size, links))
 
     def _features(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, links: Links) -> list[float]:
@@ -84,7 +87,7 @@ class Selector:
 
     def _decide(self, collective: str, nbytes: int, topology: Topology, dtype_size: int,
                 device: str, links: Links) -> tuple[str, str]:
-        if topology.world_size == 1:
+        if topology.world_size == 1 or collective not in LEARNED_COLLECTIVES:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
         valid = names_for(collective, device)
         features = self._features(collective, nbytes, topology, dtype_size, links)
