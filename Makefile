@@ -40,14 +40,18 @@ demo-full: install
 	PCCL_LOCAL_SIZE=2 $(MPIEXEC) -n 4 $(PY) examples/collectives_demo.py
 	$(PY) examples/gpt/demo.py
 
-# The example GPT (3.3M parameters) with DeepSpeed ZeRO-3, FSDP2 and DDP across the testbed (root: network
-# namespaces; brought up per link rate and always torn down): gloo, pccl exact and pccl with int8 weights and
-# bf16 gradients between nodes, at 1 Gbit/s and 200 Mbit/s. Tables and plots in out/gpt-testbed/.
+# The example GPT (3.3M parameters) with DeepSpeed ZeRO-3, FSDP2 and DDP, and its mixture-of-experts form
+# (train_moe.py: 8 experts a layer over the 4 ranks, 18M parameters) across the testbed (root: network
+# namespaces; brought up per link rate and always torn down): gloo, pccl exact and pccl with int8 weights, bf16
+# gradients and bf16 tokens in the MoE all-to-alls between nodes, at 1 Gbit/s and 200 Mbit/s. Tables and plots
+# in out/gpt-testbed/. DEMO_TESTBED_FRAMEWORKS=moe runs the MoE model alone.
 DEMO_TESTBED_RATES ?= 1gbit,200mbit
 DEMO_TESTBED_STEPS ?= 30
+DEMO_TESTBED_FRAMEWORKS ?= deepspeed,fsdp,ddp,moe
 demo-testbed: install
 	$(PY) examples/gpt/demo.py --testbed $(DEMO_TESTBED_RATES) --steps $(DEMO_TESTBED_STEPS) --n-layer 4 --n-embd 256 \
-		--compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16 --out out/gpt-testbed
+		--frameworks $(DEMO_TESTBED_FRAMEWORKS) \
+		--compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16,all_to_all:bf16 --out out/gpt-testbed
 
 test: install ulfm
 	$(PY) -m pytest tests

@@ -3,6 +3,7 @@ each with gloo and with pccl, then print a side-by-side table and write a loss a
 
     python examples/gpt/demo.py                          # all three frameworks: ~2.5 min on 2 cores
     python examples/gpt/demo.py --frameworks deepspeed   # the headline only: ~1 min
+    python examples/gpt/demo.py --frameworks moe         # the mixture-of-experts GPT (all-to-alls): ~30 s
     python examples/gpt/demo.py --testbed 1gbit,200mbit --compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16
 
 Every run is the ordinary training script under ``mpiexec`` (the same seed, so the loss curves of the
@@ -46,7 +47,9 @@ SCRIPTS = {
     "deepspeed": Script("train_deepspeed.py", "--comm_backend", 50),
     "fsdp": Script("train_fsdp.py", "--comm", 40),
     "ddp": Script("train_ddp.py", "--comm", 40),
+    "moe": Script("train_moe.py", "--comm", 40),  # not in the default list: --frameworks moe
 }
+DEFAULT_FRAMEWORKS = "deepspeed,fsdp,ddp"
 
 
 def mpiexec() -> str:
@@ -111,12 +114,12 @@ def run(framework: str, comm: str, args: argparse.Namespace, testbed: testbed_ne
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frameworks", default="deepspeed,fsdp,ddp",
-                        help=f"comma-separated, from {', '.join(SCRIPTS)}")
+    parser.add_argument("--frameworks", default=DEFAULT_FRAMEWORKS,
+                        help=f"comma-separated, from {', '.join(SCRIPTS)} (default: {DEFAULT_FRAMEWORKS})")
     parser.add_argument("--comms", default="gloo,pccl", help="backends to compare; the first is the baseline")
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--local-size", type=int, default=2, help="ranks per emulated node (PCCL_LOCAL_SIZE)")
-    parser.add_argument("--steps", type=int, help="steps of every run (default: 50 DeepSpeed, 40 FSDP2 and DDP)")
+    parser.add_argument("--steps", type=int, help="steps of every run (default: 50 DeepSpeed, 40 the others)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpt", help="JSON, logs and the plot")
     parser.add_argument("--compression", help="also run pccl with these wire formats (PCCL_COMPRESSION syntax)")
     parser.add_argument("--testbed", metavar="RATES",
