@@ -102,11 +102,12 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
               output: torch.Tensor, inp: torch.Tensor) -> Callable[[], None]:
     """A zero-argument call running ``collective`` once with ``backend`` (SUM for reductions).
 
-    For all-reduce, ``output`` is the buffer (reduced in place) and ``inp`` is ignored. The baselines
+    For all-reduce, ``output`` is the buffer (reduced in place) and ``inp`` is ignored; for all-to-all, both
+    hold one block per rank, equal blocks (``all_to_all_single`` without split sizes). The baselines
     call the libraries directly (torch.distributed on the world group, mpi4py on a world communicator),
     bypassing pccl's dispatch. The MPI baseline is the blocking call a user makes (``comm.Allreduce``, where
-    MPICH's ``MPIR_CVAR_*_COMPOSITION`` settings apply), for the dtypes MPI reduces; others go through
-    pccl's MPI transport (non-blocking, host-typed).
+    MPICH's ``MPIR_CVAR_*_COMPOSITION`` settings apply), for the dtypes MPI reduces (an all-to-all reduces
+    nothing: every dtype, as bytes); others go through pccl's MPI transport (non-blocking, host-typed).
     """
     if backend.name == "pccl":
         algo, wire = backend.algorithm, backend.compression
@@ -114,14 +115,19 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
             return lambda: pc.all_gather_into_tensor(output, inp, algorithm=algo, comm=comm, compression=wire)
         if collective == "reduce_scatter":
             return lambda: pc.reduce_scatter_tensor(output, inp, algorithm=algo, comm=comm, compression=wire)
+        if collective == "all_to_all":
+            return lambda: pc.all_to_all_single(output, inp, algorithm=algo, comm=comm, compression=wire)
         return lambda: pc.all_reduce(output, algorithm=algo, comm=comm, compression=wire)
-    if backend.name == "mpi" and output.dtype in _NUMPY_REDUCIBLE:
+    if backend.name == "mpi" and (output.dtype in _NUMPY_REDUCIBLE or collective == "all_to_all"):
         return _blocking_mpi_call(collective, comm.world.comm, output, inp)
     library = comm.vendor if backend.name == "gloo" else comm.world
     if collective == "all_gather":
         return lambda: library.native_all_gather(output, inp)
     if collective == "reduce_scatter":
         return lambda: library.native_reduce_scatter(output, inp, pc.ReduceOp.SUM)
+    if collective == "all_to_all":  # torch's all_to_all_single on the group (alltoall_base), equal blocks
+        counts = [inp.numel() // library.size] * library.size
+        return lambda: library.native_all_to_all(output, inp, counts, counts)
     return lambda: library.native_all_reduce(output, pc.ReduceOp.SUM)
 
 
@@ -129,9 +135,14 @@ _NUMPY_REDUCIBLE = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 def _blocking_mpi_call(collective: str, mpi_comm, output: torch.Tensor, inp: torch.Tensor) -> Callable[[], None]:
-    """mpi4py's blocking collective on NumPy views of the (CPU) buffers, as a user would call it."""
+    """mpi4py's blocking collective on NumPy views of the (CPU) buffers, as a user would call it; the
+    all-to-all (``Alltoall``, equal blocks) on byte views, so that every dtype goes (bfloat16 has no NumPy
+    type), with MPICH's choice of schedule unchanged (it goes by bytes per block)."""
     from mpi4py import MPI
 
+    if collective == "all_to_all":
+        send, recv = inp.view(torch.uint8).numpy(), output.view(torch.uint8).numpy()
+        return lambda: mpi_comm.Alltoall(send, recv)
     out, src = output.numpy(), inp.numpy()
     if collective == "all_gather":
         return lambda: mpi_comm.Allgather(src, out)

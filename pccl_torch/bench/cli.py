@@ -10,7 +10,9 @@ With ``--testbed`` (after ``pccl-testbed up``) the N ranks run in the testbed's 
     pccl-bench --testbed -np 4 --local-size 2 -b 1K -e 64M -f 4 --iter-budget 256M \\
                --backends pccl,pccl:ring,gloo,mpi --json tb.json --plot tb.png
 
-Sizes are bytes of the full buffer (all-gather output, reduce-scatter input, all-reduce buffer).
+Sizes are bytes of the full buffer (all-gather output, reduce-scatter input, all-reduce buffer; all-to-all:
+one rank's send buffer, p blocks, as nccl-tests' alltoall_perf). busbw = algbw x 2(p-1)/p for all-reduce and
+x (p-1)/p for the others.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--minbytes", default="1K", type=size_argument, help="smallest size (default 1K)")
     p.add_argument("-e", "--maxbytes", default="16M", type=size_argument, help="largest size (default 16M)")
     p.add_argument("-f", "--stepfactor", type=float, default=4, help="size multiplier (default 4)")
-    p.add_argument("-c", "--collectives", default="all_reduce,all_gather,reduce_scatter",
-                   help="comma list of the collectives to time (default all three)")
+    p.add_argument("-c", "--collectives", default="all_reduce,all_gather,reduce_scatter,all_to_all",
+                   help="comma list of the collectives to time (default all four)")
     p.add_argument("-d", "--dtype", default="float32",
                    choices=["float32", "float64", "float16", "bfloat16", "int32", "int64"],
                    help="element type (default float32)")

@@ -118,7 +118,7 @@ def plot(rows: list[dict], path: str | Path) -> None:
                     linestyle="--" if baseline else "-", label=label)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("size (bytes, full buffer)")
+        ax.set_xlabel("size (bytes per rank)" if collective == "all_to_all" else "size (bytes, full buffer)")
         ax.set_ylabel("busbw (GB/s)")
         ax.set_title(collective)
         ax.grid(True, which="both", alpha=0.3)

@@ -48,7 +48,8 @@ class Settings:
 
 
 def bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests: busbw = algbw x 2(p-1)/p for all-reduce, x (p-1)/p for all-gather and reduce-scatter."""
+    """nccl-tests: busbw = algbw x 2(p-1)/p for all-reduce, x (p-1)/p for all-gather, reduce-scatter and
+    all-to-all (alltoall_perf: of each rank's buffer, (p-1)/p leaves it)."""
     return (2 if collective == "all_reduce" else 1) * (ranks - 1) / ranks
 
 
@@ -63,7 +64,8 @@ def versions() -> dict[str, str]:
 
 
 class _Buffers:
-    """Input and output of one (collective, size), reused by every backend."""
+    """Input and output of one (collective, size), reused by every backend. ``total`` elements: the full
+    buffer; for all-to-all one rank's send buffer (= its receive buffer), ``ranks`` blocks."""
 
     def __init__(self, collective: str, total: int, ranks: int, dtype: torch.dtype) -> None:
         self.collective = collective
@@ -72,6 +74,8 @@ class _Buffers:
             self.inp, self.out = torch.ones(block, dtype=dtype), torch.empty(total, dtype=dtype)
         elif collective == "reduce_scatter":
             self.inp, self.out = torch.ones(total, dtype=dtype), torch.empty(block, dtype=dtype)
+        elif collective == "all_to_all":
+            self.inp, self.out = torch.ones(total, dtype=dtype), torch.empty(total, dtype=dtype)
         else:
             self.inp, self.out = torch.empty(0, dtype=dtype), torch.ones(total, dtype=dtype)
 
@@ -81,10 +85,24 @@ class _Buffers:
             self.out.fill_(1)
 
 
+A2A_MODULUS = 251
+"""All-to-all check values are ``((1 + source) index + destination) mod 251``: integers below 256, exact in
+every dtype (bfloat16 included); 251 being prime, the blocks of two different (source, destination) pairs agree
+on at most one element in 251, and a block shifted by fewer than 251 elements differs everywhere (up to 250
+ranks)."""
+
+
+def a2a_block(numel: int, source: int, dest: int, dtype: torch.dtype) -> torch.Tensor:
+    """The check block ``source`` sends ``dest`` in an all-to-all of ``numel``-element blocks."""
+    return ((torch.arange(numel) * (1 + source) + dest) % A2A_MODULUS).to(dtype)
+
+
 def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank: int, ranks: int,
-                 wire: str | None = None) -> int:
+                 wire: str | None = None, local_size: int = 1) -> int:
     """Run once on known inputs (small integers: exact in every dtype) and count wrong elements. With a
-    wire format: all-gathers must deliver its round trip exactly, reductions stay within its error bound."""
+    wire format: all-gathers must deliver its round trip exactly, reductions stay within its error bound, and
+    an all-to-all delivers the round trip of each block that crossed nodes (``local_size`` ranks a node), each
+    encoded on its own, and the other blocks exactly."""
     modulus = max(2, 128 // ranks)
     dtype = bufs.out.dtype
     fmt = compression.get(wire) if wire else None
@@ -92,7 +110,13 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
     def pattern(numel: int, who: int) -> torch.Tensor:
         return ((torch.arange(numel) + 3 * who) % modulus).to(dtype)
 
-    if collective == "all_gather":
+    if collective == "all_to_all":
+        block = bufs.inp.numel() // ranks
+        bufs.inp.copy_(torch.cat([a2a_block(block, rank, dest, dtype) for dest in range(ranks)]))
+        received = [a2a_block(block, source, rank, dtype) for source in range(ranks)]
+        expected = torch.cat([fmt.round_trip(b) if fmt and source // local_size != rank // local_size else b
+                              for source, b in enumerate(received)])
+    elif collective == "all_gather":
         bufs.inp.copy_(pattern(bufs.inp.numel(), rank))
         blocks = [pattern(bufs.inp.numel(), r) for r in range(ranks)]
         expected = torch.cat([fmt.round_trip(b) for b in blocks] if fmt else blocks)
@@ -105,7 +129,7 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
         bufs.out.copy_(pattern(bufs.out.numel(), rank))
         expected = sum(pattern(bufs.out.numel(), r).double() for r in range(ranks)).to(dtype)
     call()
-    if fmt is None or collective == "all_gather":
+    if fmt is None or collective in ("all_gather", "all_to_all"):
         wrong = int((bufs.out != expected).sum())
     else:  # each contribution (< modulus) and an all-reduce's re-encoded sum (< modulus * ranks) within the bound
         bound = 2 * fmt.max_error * modulus * ranks
@@ -157,7 +181,8 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         for i, (backend, call) in enumerate(zip(backends, calls)):
             wrong = -1
             if settings.check:
-                count = torch.tensor([_count_wrong(collective, call, bufs, topo.rank, ranks, backend.compression)])
+                count = torch.tensor([_count_wrong(collective, call, bufs, topo.rank, ranks, backend.compression,
+                                                   topo.local_size)])
                 world.native_all_reduce(count, pc.ReduceOp.SUM)
                 wrong = int(count)
             seconds = medians[i]

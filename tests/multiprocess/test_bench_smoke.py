@@ -1,4 +1,5 @@
-"""A 2-rank pccl-bench run through its own launcher (-np): rows for every backend, nothing wrong."""
+"""pccl-bench runs through its own launcher (-np): rows for every backend, nothing wrong (2 ranks, every
+collective; the all-to-all on 3 ranks and on 2 nodes x 2), --confirm, and a broken algorithm counted wrong."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from pccl_torch.bench.report import CONFIRM_FIELDS, JSON_FIELDS
+from pccl_torch.plan import names_for
 
 from .conftest import ROOT, launch
 
@@ -28,6 +30,59 @@ def test_pccl_bench_two_ranks(tmp_path) -> None:
     assert {r["size_bytes"] for r in rows} == {1024, 8192, 65536}
     assert all(r["wrong"] == 0 and r["ranks"] == 2 and r["time_us"] > 0 for r in rows)
     assert "Out of bounds values : 0 OK" in result.stdout
+
+
+def _all_to_all_rows(tmp_path, ranks: int, local_size: int, *extra: str) -> tuple[list[dict], str]:
+    """``pccl-bench -c all_to_all`` on ``ranks`` ranks, ``local_size`` a node: pccl's choice, every algorithm that
+    runs on CPU tensors, gloo and MPICH, checked; the rows and the printed table."""
+    out = tmp_path / f"a2a-{ranks}.json"
+    command = [sys.executable, "-m", "pccl_torch.bench.cli", "-np", str(ranks), "--local-size", str(local_size),
+               "-c", "all_to_all", "-b", "4K", "-e", "64K", "-f", "16", "-n", "2", "-w", "1",
+               "--backends", "pccl,pccl:all,gloo,mpi", "--check", "--json", str(out), "--no-progress", *extra]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return json.loads(out.read_text()), result.stdout
+
+
+def _check_all_to_all_rows(rows: list[dict], ranks: int, local_size: int) -> None:
+    """alltoall_perf's conventions: size = one rank's send buffer (p equal blocks), busbw = algbw (p-1)/p; every
+    CPU algorithm and both baselines at every size, nothing wrong, every pccl row against the best baseline."""
+    block = {4096: 1024 // ranks, 65536: 16384 // ranks}
+    assert {r["size_bytes"] for r in rows} == {4 * ranks * b for b in block.values()}
+    assert all(r["collective"] == "all_to_all" and r["ranks"] == ranks and r["local_size"] == local_size
+               for r in rows)
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows), [(r["label"], r["wrong"]) for r in rows]
+    for r in rows:
+        assert r["count"] * 4 == r["size_bytes"]
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * (ranks - 1) / ranks)
+        assert (r["vs_best_baseline"] is not None) == (r["backend"] == "pccl")
+    for size in {r["size_bytes"] for r in rows}:
+        fixed = {r["algorithm"] for r in rows if r["size_bytes"] == size and r["backend"] == "pccl" and not r["auto"]
+                 and not r["compression"]}
+        assert fixed == set(names_for("all_to_all", "cpu")), size
+        assert {r["backend"] for r in rows if r["size_bytes"] == size and r["algorithm"] == "native"} == {"gloo", "mpi"}
+        assert sum(r["auto"] for r in rows if r["size_bytes"] == size) == 1
+
+
+@pytest.mark.multiprocess
+def test_all_to_all_three_ranks(tmp_path) -> None:
+    rows, stdout = _all_to_all_rows(tmp_path, 3, 1)
+    _check_all_to_all_rows(rows, 3, 1)
+    assert "## all_to_all" in stdout and "Out of bounds values : 0 OK" in stdout
+
+
+@pytest.mark.multiprocess
+def test_all_to_all_two_nodes_of_two_with_wire_formats(tmp_path) -> None:
+    rows, stdout = _all_to_all_rows(tmp_path, 4, 2, "--compression", "int8,bf16")
+    exact = [r for r in rows if not r["compression"]]
+    _check_all_to_all_rows(exact, 4, 2)
+    assert all(r["nodes"] == 2 for r in rows)
+    compressed = [r for r in rows if r["compression"]]
+    assert {(r["compression"], r["size_bytes"]) for r in compressed} == {
+        (f, s) for f in ("int8", "bf16") for s in (4096, 65536)}
+    assert all(r["wrong"] == 0 and r["vs_exact"] for r in compressed), [(r["label"], r["wrong"]) for r in compressed]
+    assert "Out of bounds values : 0 OK" in stdout
 
 
 @pytest.mark.multiprocess

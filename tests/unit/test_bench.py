@@ -6,9 +6,13 @@ import json
 
 import pytest
 
+import torch
+
+from pccl_torch import compression
 from pccl_torch.bench.backends import Backend, parse_backends, validate_backends
+from pccl_torch.bench.cli import build_parser
 from pccl_torch.bench.report import JSON_FIELDS, format_table, plot, write_json
-from pccl_torch.bench.runner import add_ratios, bus_factor
+from pccl_torch.bench.runner import _Buffers, _count_wrong, a2a_block, add_ratios, bus_factor
 from pccl_torch.plan import names_for
 from pccl_torch.units import format_size, parse_size, size_range
 
@@ -60,6 +64,79 @@ def test_bus_bandwidth_factors_follow_nccl_tests() -> None:
     assert bus_factor("all_reduce", 4) == pytest.approx(1.5)
     assert bus_factor("all_gather", 4) == pytest.approx(0.75)
     assert bus_factor("reduce_scatter", 1) == 0
+    # alltoall_perf: busbw = algbw x (n-1)/n, size = one rank's send buffer
+    assert bus_factor("all_to_all", 4) == pytest.approx(0.75)
+    assert bus_factor("all_to_all", 3) == pytest.approx(2 / 3)
+    assert bus_factor("all_to_all", 1) == 0
+
+
+def test_all_to_all_backends_and_default_collectives() -> None:
+    everything = parse_backends("pccl:all,gloo,mpi", "all_to_all")
+    assert [b.algorithm for b in everything[:-2]] == names_for("all_to_all", "cpu")
+    assert {"pairwise", "mpi", "vendor", "hier:pairwise", "hier:mpi"} <= {b.algorithm for b in everything}
+    assert not any(b.algorithm and b.algorithm.endswith(":pipelined") for b in everything)
+    assert everything[-2:] == [Backend("gloo"), Backend("mpi")]
+    assert parse_backends("pccl:hier:pairwise+int8", "all_to_all") == [Backend("pccl", "hier:pairwise", "int8")]
+    # another collective's algorithm: left out of the all-to-all columns, or rejected
+    assert parse_backends("pccl:ring,pccl:pairwise,mpi", "all_to_all", skip_foreign=True) == [
+        Backend("pccl", "pairwise"), Backend("mpi")]
+    with pytest.raises(ValueError, match="unknown all_to_all algorithm 'ring'; valid: pairwise"):
+        parse_backends("pccl:ring", "all_to_all")
+    validate_backends("pccl:hier:pairwise,gloo", ("all_reduce", "all_to_all"))
+    with pytest.raises(ValueError, match="exists for none of all_gather"):
+        validate_backends("pccl:hier:pairwise", ("all_gather",))
+    assert build_parser().parse_args([]).collectives.split(",") == [
+        "all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+
+def _a2a_sent(p: int, numel: int, dtype: torch.dtype, wire: str | None = None, local: int = 1) -> list[torch.Tensor]:
+    """What each of ``p`` ranks sends in pccl-bench's all-to-all check (its input, captured by the call)."""
+    sent: list[torch.Tensor] = []
+    for rank in range(p):
+        bufs = _Buffers("all_to_all", numel, p, dtype)
+        _count_wrong("all_to_all", lambda b=bufs: sent.append(b.inp.clone()), bufs, rank, p, wire, local)
+    return sent
+
+
+def _a2a_wrong(rank: int, p: int, received: torch.Tensor, wire: str | None = None, local: int = 1) -> int:
+    """#wrong of ``rank`` when the all-to-all leaves ``received`` in its output."""
+    bufs = _Buffers("all_to_all", received.numel(), p, received.dtype)
+    return _count_wrong("all_to_all", lambda: bufs.out.copy_(received), bufs, rank, p, wire, local)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_all_to_all_check_counts_what_a_receiver_did_not_get(dtype) -> None:
+    p, block = 3, 300
+    sent = _a2a_sent(p, p * block, dtype)
+    assert sent[1].view(p, block)[2].equal(a2a_block(block, 1, 2, dtype))  # rank 1's block for rank 2
+
+    def exchanged(rank: int) -> torch.Tensor:  # block `rank` of every rank's input, in source order
+        return torch.cat([sent[source].view(p, block)[rank] for source in range(p)])
+
+    assert [_a2a_wrong(r, p, exchanged(r)) for r in range(p)] == [0, 0, 0]
+    swapped = exchanged(2).view(p, block)[[1, 0, 2]].reshape(-1)  # sources 0 and 1 in each other's place
+    assert _a2a_wrong(2, p, swapped) >= 2 * (block - 2)
+    assert _a2a_wrong(1, p, sent[1]) >= 2 * (block - 2)  # its own input back: no exchange at all
+    shifted = exchanged(0).roll(1)  # every block one element late
+    assert _a2a_wrong(0, p, shifted) >= p * (block - 2)
+    one_off = exchanged(0)
+    one_off[block + 7] += 1
+    assert _a2a_wrong(0, p, one_off) == 1
+
+
+def test_all_to_all_check_with_a_wire_format() -> None:
+    """With int8 on the wire (2 nodes x 2), blocks from the other node arrive as their round trip, each encoded
+    on its own; the node's own blocks arrive exactly."""
+    p, local, block, fmt = 4, 2, 300, compression.get("int8")
+    sent = _a2a_sent(p, p * block, torch.float32, "int8", local)
+    for rank in range(p):
+        blocks = [sent[source].view(p, block)[rank] for source in range(p)]
+        through = torch.cat([fmt.round_trip(b) if source // local != rank // local else b
+                             for source, b in enumerate(blocks)])
+        assert _a2a_wrong(rank, p, through, "int8", local) == 0
+        assert _a2a_wrong(rank, p, torch.cat(blocks), "int8", local) > 0  # exact where int8 cannot be
+        everything = torch.cat([fmt.round_trip(b) for b in blocks])  # the node's own blocks must stay exact
+        assert _a2a_wrong(rank, p, everything, "int8", local) > 0
 
 
 def _row(backend: str, algorithm: str, time_us: float, auto: bool = False, compression: str | None = None) -> dict:
