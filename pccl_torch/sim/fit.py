@@ -70,7 +70,8 @@ ROW_KEYS = ("backend", "algorithm", "collective", "size_bytes", "nodes", "local_
 def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
     """The rows ``fit`` uses: pccl rows as run, baselines as their pccl equivalent; rows with wrong
     results are dropped, and so are pipelined rows (their time is a max over phases, not linear in the
-    parameters; ``costs.pipelined_time`` predicts them from the fitted ones)."""
+    parameters; ``costs.pipelined_time`` predicts them from the fitted ones) and compressed rows (``compression``
+    set: their algorithm is named without the wire format, and the model does not price encoding)."""
     out = []
     for index, row in enumerate(rows):
         missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, Mapping) else list(ROW_KEYS)
@@ -84,7 +85,8 @@ def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
             algorithm = BASELINES[backend]
         else:
             continue
-        if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED):  # wrong -1: not checked
+        # wrong -1: not checked
+        if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED) or row.get("compression"):
             continue
         out.append(Sample(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
                           int(row["local_size"]), float(row["time_us"]) * 1e-6))

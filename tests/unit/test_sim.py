@@ -383,9 +383,11 @@ def test_fit_row_selection_and_report():
     rows = synthetic_rows(TRUTH, layouts=((2, 2),))
     rows.append({**rows[0], "backend": "nothing", "time_us": 1.0})  # ignored: not a known backend
     rows.append({**rows[0], "wrong": 3, "time_us": 1.0})  # ignored: wrong results
+    rows.append({**rows[0], "compression": "int8", "time_us": 1.0})  # ignored: the wire format is not priced
     used = samples(rows)
     pipelined = sum(r["algorithm"].endswith(":pipelined") for r in rows)
-    assert pipelined and len(used) == len(rows) - 2 - pipelined  # pipelined rows are not linear: not fitted
+    assert pipelined and len(used) == len(rows) - 3 - pipelined  # pipelined rows are not linear: not fitted
+    assert all(s.seconds != 1e-6 for s in used)
     assert {s.algorithm for s in used if s.collective == "all_gather"} >= {"vendor", "mpi", "hier:bruck"}
     slow = [dataclasses.replace(s, seconds=s.seconds * 1.25) for s in used]
     rep = report(slow, TRUTH)
