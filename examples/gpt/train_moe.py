@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 import harness
-import pccl_torch  # noqa: F401 - registers the "pccl" backend (and the env:// rendezvous under mpiexec)
+import pccl_torch as pc  # also registers the "pccl" backend
 from data import VOCAB_SIZE
 from model import GPT, GPTConfig
 from moe import aux_loss, split_parameters
@@ -88,7 +88,10 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     args = parser.parse_args(argv)
     harness.setup(args)
     device = select_device(args.device)
-    dist.init_process_group(backend_for(args.comm, device))  # rank and world: torchrun's, or MPI's under mpiexec
+    if os.environ.get("RANK"):  # torchrun (or another launcher that sets torch's variables)
+        dist.init_process_group(backend_for(args.comm, device))
+    else:  # mpiexec, or one process: rank, world size and address from MPI
+        pc.init_process_group(backend_for(args.comm, device))
 
     model = build_moe_model(args, device)
     replicated, experts = split_parameters(model)
