@@ -38,8 +38,6 @@ def test_deepspeed_moe_layer_trains_through_pccl(tmp_path) -> None:
         assert p["losses"] == pytest.approx(g["losses"], rel=LOSS_RTOL), (p["rank"], p["losses"], g["losses"])
         assert p["bypassed"] == {}, p["bypassed"]  # nothing pccl routes went to gloo
         assert p["pccl_calls"].get("all_reduce", 0) > 0, p["pccl_calls"]
-        # TODO(all_to_all core): unconditional once the pccl backend's all_to_all is committed (until then its
-        # DELEGATED table hands all_to_all_single to gloo and this test checks the losses and all-reduces only)
-        if not any(k.startswith(("alltoall", "all_to_all")) for k in p["delegated"]):
-            # DeepSpeed's dispatch and combine, forward and backward: 4 all-to-alls a step, all through pccl
-            assert p["pccl_calls"].get("all_to_all", 0) >= 4 * STEPS, p["pccl_calls"]
+        # DeepSpeed's dispatch and combine, forward and backward: 4 all-to-alls a step, all through pccl
+        assert not any(k.startswith(("alltoall", "all_to_all")) for k in p["delegated"]), p["delegated"]
+        assert p["pccl_calls"].get("all_to_all", 0) >= 4 * STEPS, p["pccl_calls"]

@@ -1,6 +1,6 @@
 """The mixture-of-experts example (examples/gpt/moe.py, train_moe.py): its layer's gradients against the same
 layer whole in one process, and a few training steps with gloo and with pccl under mpiexec (2 emulated nodes
-x 2) and torchrun, every rank's result collected after its teardown."""
+x 2) and torchrun, every rank's result collected after its teardown; on pccl, pccl ran every all-to-all."""
 
 from __future__ import annotations
 
@@ -62,11 +62,9 @@ def test_moe_trains_the_same_with_pccl_as_with_gloo(launcher, tmp_path) -> None:
     assert pccl[0]["val_loss"] == pytest.approx(gloo[0]["val_loss"], rel=LOSS_RTOL)
     for rank in pccl:
         assert rank["bypassed"] == {}, rank["bypassed"]  # every routed call (all-reduce, all-to-all) ran in pccl
-        # TODO(all_to_all core): make this unconditional once the pccl backend's all_to_all is committed (until
-        # then DELEGATED hands all_to_all_single to gloo, and pccl counts none)
-        if rank["backend_serves_all_to_all"]:
-            # pccl ran every all-to-all of the model (its own counters, per step) and handed none to gloo
-            assert rank["all_to_all_calls"] == [A2A_PER_LAYER * N_LAYER] * STEPS, rank["all_to_all_calls"]
-            assert rank["pccl_all_to_all_calls"] >= A2A_PER_LAYER * N_LAYER * STEPS, rank
-            assert not any(k.startswith(("alltoall", "all_to_all")) for k in rank["delegated"]), rank["delegated"]
-            assert any(k.startswith("all_to_all:") for k in rank["algorithms"]), rank["algorithms"]
+        # pccl ran every all-to-all of the model (its own counters, per step) and handed none to gloo
+        assert rank["backend_serves_all_to_all"], "the pccl backend delegates all_to_all_single to gloo"
+        assert rank["all_to_all_calls"] == [A2A_PER_LAYER * N_LAYER] * STEPS, rank["all_to_all_calls"]
+        assert rank["pccl_all_to_all_calls"] >= A2A_PER_LAYER * N_LAYER * STEPS, rank
+        assert not any(k.startswith(("alltoall", "all_to_all")) for k in rank["delegated"]), rank["delegated"]
+        assert any(k.startswith("all_to_all:") for k in rank["algorithms"]), rank["algorithms"]
