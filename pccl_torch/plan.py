@@ -219,10 +219,10 @@ class Plan:
         """``even``: every rank of the call passed equal blocks (the hierarchy skips its count exchange). With a
         wire format, the blocks that cross nodes are encoded at their source and the plan moves the bytes."""
         if self.compression is not None:
-            exact = dataclasses.replace(self, compression=None)
+            exact, fmt = dataclasses.replace(self, compression=None), compression.get(self.compression)
             world, local = levels.world, levels.world.size // levels.inter.size
-            compressed.all_to_all(compression.get(self.compression),
-                                  lambda o, i, s, r: exact.run_all_to_all(levels, o, i, s, r, even=even),
+            even = even and fmt.fixed_size  # a lossless block's bytes depend on its values, not its length
+            compressed.all_to_all(fmt, lambda o, i, s, r: exact.run_all_to_all(levels, o, i, s, r, even=even),
                                   functools.partial(_announce, world), out, inp, send, recv, world.rank, local)
         elif self.hierarchical:
             hierarchical.all_to_all(levels.intra_level(self.intra), levels.inter, self._between("all_to_all"), out,

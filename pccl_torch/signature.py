@@ -99,6 +99,7 @@ def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts
         shown = "; ".join(f"rank {i} sends rank {j} {rows[i][j]} elements but rank {j} expects {rows[j][p + i]} "
                           f"from it" for i, j in wrong[:4])
         more = f" (and {len(wrong) - 4} more pairs)" if len(wrong) > 4 else ""
-        raise PcclMismatchError(f"pccl all_to_all not run: split sizes disagree across ranks: "
-                                f"{shown}{more}; rank i's input_split_sizes[j] must equal rank j's "
+        senders = sorted({i for i, _ in wrong})
+        raise PcclMismatchError(f"pccl all_to_all not run: split sizes disagree across ranks: ranks {senders} "
+                                f"send what their peers do not expect: {shown}{more}; rank i's input_split_sizes[j] must equal rank j's "
                                 f"output_split_sizes[i]")

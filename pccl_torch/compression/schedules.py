@@ -179,8 +179,8 @@ def all_to_all(fmt: WireFormat, move: Callable[[torch.Tensor, torch.Tensor, Bloc
         elif width:
             fmt.encode_into(send.block(inp, j), slot[:width])
     widths = [wire_of(i, c) for i, c in enumerate(recv.counts)]
-    recv_bytes = Blocks.from_counts(announce(list(send_bytes.counts)) if None in widths else
-                                    [aligned(w) for w in widths])
+    recv_bytes = Blocks.from_counts([aligned(w) for w in widths] if fmt.fixed_size else  # every rank alike:
+                                    announce(list(send_bytes.counts)))  # announcing is collective
     incoming = torch.empty(recv_bytes.total, dtype=torch.uint8, device=inp.device)
     move(incoming, outgoing, send_bytes, recv_bytes)
     for i, count in enumerate(recv.counts):

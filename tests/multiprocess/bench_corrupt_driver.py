@@ -21,7 +21,7 @@ def corrupt(name: str) -> None:
         if algorithm != name:
             continue
         real = entry.fn
-        position = {"all_gather": 1, "reduce_scatter": 2, "all_reduce": 1}[collective]  # the output argument
+        position = {"all_gather": 1, "reduce_scatter": 2, "all_reduce": 1, "all_to_all": 1}[collective]  # the output argument
 
         def broken(t, *args, _real=real, _position=position, **kwargs):
             _real(t, *args, **kwargs)

@@ -31,6 +31,7 @@ from mpi4py import MPI
 
 import pccl_torch as pc
 from pccl_torch import compression as wire_formats
+from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.ops import FLOAT_DTYPES, INT_DTYPES, SUPPORTED_DTYPES
 from pccl_torch.work import OrderedExecutor
 
@@ -98,8 +99,8 @@ class Case:
     collective: str
     algorithm: str
     dtype: torch.dtype
-    op: str | None
-    count: int  # elements per rank block (AG/RS) or buffer (AR)
+    op: str | None  # all-to-all: None (no split sizes) or "uneven" (split sizes, zeros among them, rows of 2)
+    count: int  # elements per rank block (AG/RS), buffer (AR), or the base rows of an all-to-all block
     compression: str | None = None
 
     def __str__(self) -> str:
@@ -112,6 +113,14 @@ class Case:
 def through_format(x: torch.Tensor, name: str | None) -> torch.Tensor:
     """``x`` as a compressed all-gather delivers it: the format's round trip (itself if exact)."""
     return x if name is None else wire_formats.get(name).round_trip(x)
+
+
+def split_table(p: int, count: int, uneven: bool, seed: int) -> list[list[int]]:
+    """``table[i][j]``: rows rank ``i`` sends rank ``j`` in an all-to-all case: ``count`` each, or with split sizes
+    0, count/2, count or 3 count/2 by pair (zeros, and rows and columns of different sums)."""
+    if not uneven:
+        return [[count] * p for _ in range(p)]
+    return [[(i + 2 * j + seed) % 4 * count // 2 for j in range(p)] for i in range(p)]
 
 
 def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int,
@@ -250,6 +259,8 @@ class Runner:
             mine = [x[r * block:(r + 1) * block] for x in inputs]
             return matches(out.cpu(), reference(mine, case.op), case.dtype, p, case.compression,
                            inputs=mine, op=case.op)
+        if case.collective == "all_to_all":
+            return self.run_all_to_all(case)
         inputs = [make_input(i, block, case.dtype, case.op, self.seed, case.compression) for i in range(p)]
         buf = inputs[r].clone().to(DEVICE)
         pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
@@ -258,6 +269,31 @@ class Runner:
         if not self.identical_everywhere(buf):
             problem = (problem + "; " if problem else "") + "results differ between ranks"
         return problem
+
+
+    def run_all_to_all(self, case: Case) -> str | None:
+        """Every rank's input holds its blocks for each rank; what rank ``r`` must get is sliced from them (the
+        format's round trip of each block that crosses nodes, with compression)."""
+        p, r, uneven = self.size, self.rank, case.op == "uneven"
+        width = 2 if uneven else 1
+        table = split_table(p, case.count, uneven, self.seed)
+        inputs = [make_input(i, sum(row) * width, case.dtype, None, self.seed).view(-1, width)
+                  for i, row in enumerate(table)]
+        inp = inputs[r].clone().to(DEVICE)
+        recv = [row[r] for row in table]
+        out = torch.full((sum(recv), width), 7, dtype=case.dtype, device=DEVICE)
+        splits = (recv, table[r]) if uneven else (None, None)
+        pc.all_to_all_single(out, inp, *splits, algorithm=case.algorithm, compression=case.compression)
+        if not torch.equal(inp.cpu(), inputs[r]):
+            return "input was modified"
+        local = pc.default_communicator().topology.local_size
+        expected = []
+        for i, row in enumerate(table):
+            block = inputs[i][sum(row[:r]):sum(row[:r]) + row[r]].reshape(-1)
+            crosses = i // local != r // local and pc.default_communicator().topology.num_nodes > 1
+            expected.append(through_format(block, case.compression) if crosses and block.numel() else block)
+        same = torch.equal(out.cpu().reshape(-1).view(torch.uint8), torch.cat(expected).view(torch.uint8))
+        return None if same else f"output differs from every rank's block for rank {r} (splits {table})"
 
 
 def async_algorithms(wanted: set[str]) -> tuple[str, ...]:
@@ -308,12 +344,17 @@ def correctness_cases(algorithms: dict[str, list[str]], large: bool, compression
                 ops: tuple[str | None, ...]
                 if collective == "all_gather":
                     ops = (None,)
+                elif collective == "all_to_all":
+                    ops = (None, "uneven")
                 else:
                     ops = FLOAT_OPS if dtype in FLOAT_DTYPES else INT_OPS
                 for op in ops:
                     for count in SMALL_BLOCKS + ((300,) if compression else ()):  # 300: two blocks of scales
                         cases.append(Case(collective, name, dtype, op, count, compression))
-            if large:
+            if large and collective == "all_to_all":
+                cases += [Case(collective, name, dtype, op, -1, compression)
+                          for dtype, op in ((torch.float32, None), (torch.bfloat16, "uneven")) if dtype in dtypes]
+            elif large:
                 for dtype, op in ((torch.float32, "sum"), (torch.int32, "sum"), (torch.bfloat16, "max")):
                     if dtype in dtypes:
                         cases.append(Case(collective, name, dtype, op if collective != "all_gather" else None, -1,
@@ -372,13 +413,36 @@ def bad_input_cases(p: int) -> list[tuple[str, type[BaseException], str, Callabl
          lambda: pc.reduce_scatter_tensor(torch.empty(1), torch.ones(p), compression="zip")),
         ("AG overlapping buffers", ValueError, "overlaps",
          lambda: (lambda base: pc.all_gather_into_tensor(base[: 4 * p], base[1:5]))(torch.zeros(4 * p + 1))),
+        ("A2A split sizes that do not sum to the input's rows", ValueError, "input_split_sizes sums to",
+         lambda: pc.all_to_all_single(torch.empty(p), torch.ones(p), [1] * p, [2] + [1] * (p - 1))),
+        ("A2A negative split size", ValueError, "cannot be negative",
+         lambda: pc.all_to_all_single(torch.empty(p), torch.ones(p), [1] * p, [-1, 2] + [1] * (p - 2) if p > 1
+                                      else [-1])),
+        ("A2A split sizes of the wrong length", ValueError, f"expected one per rank ({p})",
+         lambda: pc.all_to_all_single(torch.empty(p), torch.ones(p), [1] * p, [1] * (p + 1))),
+        ("A2A split size that is not an int", TypeError, "split sizes are ints",
+         lambda: pc.all_to_all_single(torch.empty(p), torch.ones(p), [1] * p, [1.0] * p)),
+        ("A2A dtype mismatch", TypeError, "must match",
+         lambda: pc.all_to_all_single(torch.empty(p, dtype=torch.float64), torch.ones(p))),
+        ("A2A rows that do not split equally", ValueError, "do not split equally" if p > 1 else "with no split sizes",
+         lambda: pc.all_to_all_single(torch.empty(p + 1), torch.ones(p + 1)) if p > 1 else
+         pc.all_to_all_single(torch.empty(2), torch.ones(1))),
+        ("A2A rows of different shapes", ValueError, "rows (dim 0) have 3 elements",
+         lambda: pc.all_to_all_single(torch.empty(p, 3), torch.ones(p, 2))),
+        ("A2A overlapping buffers", ValueError, "overlaps",
+         lambda: (lambda base: pc.all_to_all_single(base[:p], base[p - 1:2 * p - 1]))(torch.zeros(2 * p))),
+        ("A2A compression on integers", TypeError, "'fp8' does not apply to torch.int64",
+         lambda: pc.all_to_all_single(torch.empty(p, dtype=torch.int64), torch.ones(p, dtype=torch.int64),
+                                      compression="fp8")),
+        ("A2A 0-dim tensor", ValueError, "0-dim",
+         lambda: pc.all_to_all_single(torch.empty(()), torch.ones(()))),
     ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--no-large", action="store_true", help="skip the ~1 Mi element cases")
-    parser.add_argument("--collectives", default="all_gather,reduce_scatter,all_reduce")
+    parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--algorithms", default="", help="comma list; default: every valid name")
     parser.add_argument("--json", help="rank 0 writes the summary here")
     parser.add_argument("--verbose", action="store_true")
@@ -405,6 +469,7 @@ def main() -> int:
     for case in cases:
         if case.count < 0:
             per_block = LARGE // topo.world_size + 1 if case.collective != "all_reduce" else LARGE + 3
+            per_block = LARGE // topo.world_size ** 2 + 1 if case.collective == "all_to_all" else per_block
             case = dataclasses.replace(case, count=per_block)
         if args.verbose and runner.rank == 0:
             print(case, flush=True)

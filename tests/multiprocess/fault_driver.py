@@ -92,6 +92,12 @@ def _mismatches(rank: int, victim: int) -> list[tuple[str, callable]]:
     def all_gather(numel=1024):
         return lambda: pc.all_gather_into_tensor(torch.empty(world * numel), torch.ones(numel))
 
+    def all_to_all(recv, send):
+        """Rank ``r`` sends ``send[j]`` rows to rank j and expects ``recv[i]`` from rank i (None: 2 each, no sizes)."""
+        sends, recvs = send or [2] * world, recv or [2] * world
+        return lambda: pc.all_to_all_single(torch.empty(sum(recvs)), torch.ones(sum(sends)), recv,
+                                            send if send is not None else (None if recv is None else sends))
+
     return [
         ("collective", all_gather(256) if odd else all_reduce(world * 256)),
         ("numel", all_reduce(1000 if odd else 1024)),
@@ -103,6 +109,8 @@ def _mismatches(rank: int, victim: int) -> list[tuple[str, callable]]:
         ("dtype-int", all_reduce(dtype=torch.int32 if odd else torch.int64)),
         ("op-min", all_reduce(op="min" if odd else "max")),
         ("algorithm-hier", all_reduce(algorithm="mpi" if odd else "hier:ring")),
+        ("all_to_all splits", all_to_all([2] * world, [3 if j == 0 else 2 for j in range(world)] if odd else None)),
+        ("all_to_all sizes on one rank only", all_to_all([2] * world, [2] * world) if odd else all_to_all(None, None)),
     ]
 
 

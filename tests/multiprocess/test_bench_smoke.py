@@ -105,20 +105,25 @@ def test_confirm_retimes_auto_against_the_fastest_fixed_and_reports_the_noise_fl
     assert "# Noise floor: the fastest fixed algorithm timed twice" in result.stdout
 
 
+BROKEN = [("ring", ("all_gather", "reduce_scatter", "all_reduce")), ("pairwise", ("reduce_scatter", "all_to_all"))]
+
+
 @pytest.mark.multiprocess
-def test_check_counts_the_wrong_elements_of_a_broken_algorithm(tmp_path) -> None:
-    """--check must see a wrong result: the flat ``ring`` schedule of every collective is broken on purpose
+@pytest.mark.parametrize("schedule,collectives", BROKEN, ids=[name for name, _ in BROKEN])
+def test_check_counts_the_wrong_elements_of_a_broken_algorithm(tmp_path, schedule, collectives) -> None:
+    """--check must see a wrong result: a flat schedule of every collective that has it is broken on purpose
     (rank 0's first output element + 1, see bench_corrupt_driver.py). Its rows, and only its rows, count
     wrong elements, the footer says WRONG and pccl-bench exits 1."""
     out = tmp_path / "bench.json"
-    result = launch("bench_corrupt_driver.py", 2, "--corrupt", "ring", "--", "--local-size", "1", "-b", "1K", "-e",
-                    "4K", "-f", "4", "-n", "2", "-w", "1", "--backends", "pccl:ring,pccl:mpi,gloo,mpi", "--check",
-                    "--json", str(out), "--no-progress", local_size=1, timeout_s=300)
+    result = launch("bench_corrupt_driver.py", 2, "--corrupt", schedule, "--", "--local-size", "1", "-b", "1K", "-e",
+                    "4K", "-f", "4", "-n", "2", "-w", "1", "-c", ",".join(collectives), "--backends",
+                    f"pccl:{schedule},pccl:mpi,gloo,mpi", "--check", "--json", str(out), "--no-progress", local_size=1,
+                    timeout_s=300)
     assert out.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     rows = json.loads(out.read_text())
-    broken = [r for r in rows if r["backend"] == "pccl" and r["algorithm"] == "ring"]
+    broken = [r for r in rows if r["backend"] == "pccl" and r["algorithm"] == schedule]
     sound = [r for r in rows if r not in broken]
-    assert {r["collective"] for r in broken} == {"all_gather", "reduce_scatter", "all_reduce"}, rows
+    assert {r["collective"] for r in broken} == set(collectives), rows
     # one element of rank 0's output: all-reduce results are checked on both ranks, rank 0 wrong by 1
     assert all(r["wrong"] == 1 for r in broken), [(r["collective"], r["size_bytes"], r["wrong"]) for r in broken]
     assert sound and all(r["wrong"] == 0 for r in sound), [(r["label"], r["wrong"]) for r in sound]

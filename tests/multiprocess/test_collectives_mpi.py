@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.plan import family, hierarchical_inner, names_for
 
 from .conftest import OPENMPI_PREFIX, RankLaunch, check_exit, launch_ranks, mpiexec, openmpi_available, run_checked
@@ -21,7 +22,7 @@ def assert_every_algorithm_ran(run: RankLaunch) -> None:
     every flat schedule of the family, every ``hier:`` form (``hierarchical_inner``), and each flat schedule
     with the other intra-node library (``hier-<library>:``), so the case count cannot stay high while a whole
     level of names vanished."""
-    for collective in ("all_gather", "reduce_scatter", "all_reduce"):
+    for collective in COLLECTIVES:
         ran = set(run[0]["algorithms"][collective])
         assert ran == set(names_for(collective, "cpu")), (collective, sorted(ran ^ set(names_for(collective, "cpu"))))
         flat = set(family(collective))

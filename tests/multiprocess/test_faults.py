@@ -33,7 +33,10 @@ def test_mismatched_calls_are_reported_on_every_rank(tmp_path) -> None:
     outcome = run_trial("mismatch", tmp_path)
     assert outcome.ok, outcome.problems
     cases = {c["case"]: c["error"] for c in outcome.ranks[0]["trials"]}
-    assert len(cases) == 10
+    assert len(cases) == 12
+    assert "split sizes disagree" in cases["all_to_all splits"] and "sends rank 0 3 elements" in \
+        cases["all_to_all splits"] and "expects 2" in cases["all_to_all splits"]
+    assert "fields that differ: numel" in cases["all_to_all sizes on one rank only"]
     assert "fields that differ: collective" in cases["collective"]
     assert "fields that differ: numel" in cases["numel"] and "numel=1000" in cases["numel"]
     assert "dtype=float16" in cases["dtype"] and "op=max" in cases["op"]

@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from pccl_torch.selection.learned.features import LEARNED_COLLECTIVES
 from pccl_torch.topology import TopologyError
 from pccl_torch.units import (UsageError, check_size_range, format_size, parse_size, run_command, size_argument,
                               size_range, table, tool_parser)
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="write the profile here (e.g. ~/.cache/pccl-torch/profile.json)")
     p.add_argument("--explain", action="store_true", help="explain a choice instead of training")
     p.add_argument("--profile", help="profile to explain (default: the one pccl would load)")
-    p.add_argument("-c", "--collective", default="all_reduce", choices=("all_reduce", "all_gather", "reduce_scatter"),
+    p.add_argument("-c", "--collective", default="all_reduce", choices=LEARNED_COLLECTIVES,
                    help="collective of the call to explain (default all_reduce)")
     p.add_argument("--bytes", default="1M", type=size_argument, help="full buffer size of the call to explain")
     p.add_argument("--ranks", type=int, default=8, help="ranks of the call to explain (default 8)")
@@ -68,7 +69,8 @@ def measure(args: argparse.Namespace) -> list[Path]:
         partial = target.with_suffix(".part")
         command = [sys.executable, "-m", "pccl_torch.bench.cli", "-np", str(args.nprocs), "--local-size",
                    str(args.local_size), "-b", str(size), "-e", str(size), "-n", str(args.iters), "-w",
-                   str(args.warmup), "--backends", "pccl:all", "--check", "--json", str(partial), "--no-progress"]
+                   str(args.warmup), "--backends", "pccl:all", "-c", ",".join(LEARNED_COLLECTIVES), "--check", "--json",
+                   str(partial), "--no-progress"]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0 or not partial.exists():
             raise SystemExit(f"pccl-tune: measuring {format_size(size)} failed:\n{result.stdout[-2000:]}"
