@@ -43,15 +43,13 @@ all-to-all)."""
 
 
 class Exchange(NamedTuple):
-    """An all-to-all call's input and its blocks (sizes may change from call to call of one bound shape)."""
+    """An all-to-all call with split sizes: its input and blocks (sizes change from call to call)."""
 
     input: torch.Tensor
     send: Blocks
     """Elements of ``input`` for each rank, end to end."""
     recv: Blocks
     """Elements of the output from each rank, end to end."""
-    even: bool
-    """Every rank passed no split sizes (equal blocks everywhere)."""
 
 
 class BoundCall:
@@ -253,15 +251,31 @@ def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dty
     return body
 
 
-def all_to_all_body(comm, plan: Plan) -> Body:
-    """The body of an all-to-all under ``plan``; with checking on, the ranks first agree that their split sizes
-    mirror each other."""
+def all_to_all_body(comm, plan: Plan, numel: int, nbytes: int) -> Body:
+    """The body of an all-to-all of equal blocks between tensors of ``numel`` elements (``nbytes``) under ``plan``:
+    for a flat MPI plan on host tensors, MPI's own ``Alltoall`` bound once."""
+    world = _native_world(comm, plan)
+    native = world.bind_all_to_all(nbytes) if world else None
+    if native is not None:
+        return native
+    blocks = Blocks.even(comm.topology.world_size, numel // comm.topology.world_size)
+
+    def body(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+        plan.run_all_to_all(comm, _flat(out), _flat(inp), blocks, blocks, even=True)
+        return out
+
+    return body
+
+
+def exchange_body(comm, plan: Plan) -> Body:
+    """The body of an all-to-all with split sizes (an :class:`Exchange` a call) under ``plan``; with checking on,
+    the ranks first agree that their split sizes mirror each other."""
     check = comm.check
 
     def body(out: torch.Tensor, job: Exchange) -> torch.Tensor:
         if check:
             agree_splits(comm, job.send.counts, job.recv.counts)
-        plan.run_all_to_all(comm, _flat(out), _flat(job.input), job.send, job.recv, even=job.even)
+        plan.run_all_to_all(comm, _flat(out), _flat(job.input), job.send, job.recv, even=False)
         return out
 
     return body

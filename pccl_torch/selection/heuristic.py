@@ -47,8 +47,8 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
     """Algorithm name for a call of ``collective`` on a full buffer of ``nbytes`` bytes."""
     if topology.world_size == 1:
         return "mpi"  # one rank: every schedule is a copy, and MPI's own has the least Python around it
-    if collective == "all_to_all":  # MPI's own picks its schedule by size; the hierarchy cuts messages P-1 -> N-1
-        return HIER_PREFIX + "mpi" if topology.is_hierarchical else "mpi"
+    if collective == "all_to_all":  # MPI's own picks its schedule by size (network_all_to_all_choice)
+        return "mpi"
     if not topology.is_hierarchical:
         return flat_choice(collective, nbytes, topology.world_size)
     # The inter-node phase moves N/P of the buffer (AG, RS), or its 1/L shard (AR).
@@ -64,8 +64,7 @@ def choose(collective: Collective, nbytes: int, topology: Topology) -> str:
 # schedule, which runs MPI's non-blocking collectives between nodes, lost to gloo and to MPI for
 # all-reduce and reduce-scatter (0.63-0.76x), while the ring between nodes won (1.17x over gloo, 1.94x
 # over MPI): with a node count that is not a power of two those two take the ring.
-NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20,
-                     "all_to_all": 64 * 1024}
+NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "all_reduce": 4 << 20}
 # With the inter-node link measured (pccl_torch.selection.links), all-gather and reduce-scatter go hierarchical from the size
 # that takes this long on it: at 200 Mbit/s (25 MB/s measured) the 64 KiB hierarchical all-gather and reduce-scatter
 # were 1.8-3.1x faster than MPICH's flat ones (2.6 ms of link time), while at 1 Gbit/s (124 MB/s) flat MPI still won
@@ -77,6 +76,12 @@ NETWORK_HIER_LINK_SECONDS = 1.5e-3
 # 64 KiB at 200 Mbit/s (2.6 ms), and 8% faster at 256 KiB there (10 ms); from 1 MiB it was the best at both rates.
 NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS = 3e-3
 NETWORK_PIPELINE_FROM = 1 << 20
+# All-to-all across a network: MPI's own at every size measured. On the testbed (2 nodes x 2, 1 Gbit/s and 200
+# Mbit/s, 4 KiB-16 MiB) flat MPI ran at the link bound from 1 MiB, and the two-level all-to-all, which sends the same
+# bytes across the link in fewer messages but moves L-1 of every L bytes once more inside the node, was 0.15-0.78x of
+# it (ranks sharing 2 cores pay for every byte moved in memory); it pays where messages are many and small (many
+# nodes), by name (``hier:mpi``). Compressed calls run flat too: each block is encoded at its source, MPI moves bytes.
+NETWORK_ALL_TO_ALL = "mpi"
 # 3 nodes, 200 Mbit/s: hier:ring all-reduce 1.33x / 1.37x / 1.16x over the best baseline at 64 KiB / 256 KiB /
 # 1 MiB, where MPICH's flat all-reduce ran at half of gloo's speed.
 NETWORK_RING_FROM = 64 * 1024
@@ -89,7 +94,7 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`) and sends small
     all-reduces hierarchical (:data:`NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS`)."""
     if collective == "all_to_all":
-        return network_all_to_all_choice(nbytes)
+        return NETWORK_ALL_TO_ALL
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     if (inter_bytes_per_s and collective == "all_reduce" and not uneven
             and nbytes < inter_bytes_per_s * NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS):
@@ -102,11 +107,3 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     if uneven:
         return HIER_PREFIX + "ring"
     return HIER_PREFIX + (PIPELINED if nbytes >= NETWORK_PIPELINE_FROM else "mpi")
-
-
-def network_all_to_all_choice(nbytes: int) -> str:
-    """All-to-all across a network (``nbytes``: one rank's input): MPI's own below :data:`NETWORK_HIER_FROM`, the
-    two-level one from there (N-1 messages a rank cross the network instead of P-1)."""
-    if nbytes < NETWORK_HIER_FROM["all_to_all"]:
-        return "mpi"
-    return HIER_PREFIX + "mpi"

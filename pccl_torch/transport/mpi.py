@@ -279,12 +279,16 @@ class MPITransport(Transport):
         if _needs_staging(inp) or _needs_staging(out):
             with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
                 return self.native_all_to_all(rbuf, sbuf, send_counts, recv_counts)
-        size = inp.element_size()
-        send = [_buffer(inp)[0], _counts_and_displacements(send_counts, size), MPI.BYTE]
-        recv = [_buffer(out)[0], _counts_and_displacements(recv_counts, size), MPI.BYTE]
+        size, first = inp.element_size(), send_counts[0]
+        if all(c == first for c in send_counts) and all(c == first for c in recv_counts):  # MPI's own rule by size
+            send, recv, call, start = _buffer(inp), _buffer(out), self.comm.Alltoall, self.comm.Ialltoall
+        else:
+            send = [_buffer(inp)[0], _counts_and_displacements(send_counts, size), MPI.BYTE]
+            recv = [_buffer(out)[0], _counts_and_displacements(recv_counts, size), MPI.BYTE]
+            call, start = self.comm.Alltoallv, self.comm.Ialltoallv
         if self.blocking:
-            return self._blocking(self.comm.Alltoallv, (send, recv), "MPI's native all-to-all")
-        self._complete_collective(self.comm.Ialltoallv(send, recv), "MPI's native all-to-all", _nbytes(out))
+            return self._blocking(call, (send, recv), "MPI's native all-to-all")
+        self._complete_collective(start(send, recv), "MPI's native all-to-all", _nbytes(out))
         return None
 
     def _watch(self, what: str) -> watchdog.Watch:
@@ -445,6 +449,22 @@ class MPITransport(Transport):
             if address != last[2]:
                 last[2], last[3] = address, [MPI.buffer.fromaddress(address, block), datatype]
             _call_watched(watch, failed, call, last[1], last[3], mpi_op)
+            return out
+
+        return run
+
+    def bind_all_to_all(self, nbytes: int) -> BoundNative | None:
+        """All-to-all of equal blocks between host tensors of ``nbytes`` each (MPI's ``Alltoall`` on the bytes)."""
+        if self._size == 1:
+            return _bound_copy(nbytes)
+        if not self.blocking:
+            return None
+        watch, call = self._watch("MPI's native all-to-all"), self.comm.Alltoall
+        failed = self._failure_of(watch)
+        outputs, inputs = _AddressViews(nbytes), _AddressViews(nbytes)
+
+        def run(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+            _call_watched(watch, failed, call, inputs.of(inp), outputs.of(out))
             return out
 
         return run

@@ -118,6 +118,38 @@ def repeated_calls(comm: pc.Communicator, algorithm: str | None, dtype: torch.dt
             same(inp, full[rank], f"RS input unchanged {label}")
 
 
+def repeated_all_to_alls(comm: pc.Communicator, algorithm: str | None, dtype: torch.dtype, numel: int) -> None:
+    """REPEATS all-to-alls of one shape (no split sizes: a bound call): new tensors, then the same ones refilled,
+    then rows of another shape holding as many elements; and calls with split sizes (uneven, never bound) in
+    between, with counters that count each call's own bytes."""
+    p, rank = comm.topology.world_size, comm.topology.rank
+    kept_in, kept_out = torch.empty(p * numel, dtype=dtype), torch.empty(p * numel, dtype=dtype)
+    before = pc.stats(comm)["bytes"].get("all_to_all", 0)
+    moved = 0
+    for call in range(REPEATS * 2):
+        label = f"A2A {algorithm} {dtype} n={numel} call {call}"
+        mine = [contribution(rank * p + j, call, numel, dtype) for j in range(p)]
+        if call < REPEATS:
+            inp, out = torch.cat(mine), torch.empty(p * numel, dtype=dtype)
+        else:
+            inp, out = kept_in.copy_(torch.cat(mine)), kept_out
+        if call % 3 == 2 and numel:  # the same numel in rows of 2: the same bound shape
+            inp, out = inp.view(-1, 2) if numel % 2 == 0 else inp, out.view(-1, 2) if numel % 2 == 0 else out
+        pc.all_to_all_single(out, inp, algorithm=algorithm, comm=comm)
+        moved += inp.numel() * inp.element_size()
+        same(out.reshape(-1), torch.cat([contribution(i * p + rank, call, numel, dtype) for i in range(p)]), label)
+        same(inp.reshape(-1), torch.cat(mine), f"input unchanged {label}")
+        sends = [(rank + j + call) % 3 for j in range(p)]
+        recvs = [(i + rank + call) % 3 for i in range(p)]
+        uneven = torch.cat([contribution(rank * p + j, call, sends[j], dtype) for j in range(p)])
+        got = torch.empty(sum(recvs), dtype=dtype)
+        pc.all_to_all_single(got, uneven, recvs, sends, algorithm=algorithm, comm=comm)
+        moved += uneven.numel() * uneven.element_size()
+        same(got, torch.cat([contribution(i * p + rank, call, recvs[i], dtype) for i in range(p)]), f"uneven {label}")
+    counted = pc.stats(comm)["bytes"]["all_to_all"] - before
+    assert counted == moved, f"all-to-all bytes counted {counted}, moved {moved}"
+
+
 def cached_shapes_still_check(comm: pc.Communicator) -> None:
     """A bound shape re-checks what differs between its calls: contiguity, device, aliasing."""
     p, rank = comm.topology.world_size, comm.topology.rank
@@ -132,6 +164,16 @@ def cached_shapes_still_check(comm: pc.Communicator) -> None:
         expect(ValueError, "overlaps output", lambda: pc.all_gather_into_tensor(out, wrong_slot, comm=comm))
     expect(ValueError, "not contiguous", lambda: pc.all_gather_into_tensor(out, torch.ones(8)[::2], comm=comm))
     expect(TypeError, "must be a torch.Tensor", lambda: pc.all_reduce([1.0], comm=comm))  # type: ignore[arg-type]
+    a2a_in, a2a_out = torch.ones(2 * p), torch.empty(2 * p)
+    pc.all_to_all_single(a2a_out, a2a_in, comm=comm)  # bound now: each call below must still be refused
+    expect(ValueError, "overlaps", lambda: pc.all_to_all_single(a2a_in, a2a_in, comm=comm))
+    expect(ValueError, "not contiguous", lambda: pc.all_to_all_single(a2a_out, torch.ones(4 * p)[::2], comm=comm))
+    expect(ValueError, "input rows have 2", lambda: pc.all_to_all_single(a2a_out, a2a_in.view(p, 2),
+                                                                                    comm=comm))
+    expect(TypeError, "must match", lambda: pc.all_to_all_single(a2a_out.double(), a2a_in, comm=comm))
+    if p > 1:
+        expect(ValueError, "do not split equally", lambda: pc.all_to_all_single(
+            torch.empty(1, 2 * p), torch.ones(1, 2 * p), comm=comm))
 
 
 def counters_are_exact(comm: pc.Communicator) -> None:
@@ -208,6 +250,11 @@ def main() -> None:
                     for torch_op in (False, True):
                         checks.check(f"repeated {algorithm} {dtype} {numel} {op} torch_op={torch_op}",
                                      lambda: repeated_calls(comm, algorithm, dtype, numel, op, torch_op))
+    for algorithm in [None, "mpi", "pairwise"] + (["hier:mpi"] if comm.topology.is_hierarchical else []):
+        for dtype in DTYPES:
+            for numel in SIZES:
+                checks.check(f"repeated all-to-all {algorithm} {dtype} {numel}",
+                             lambda: repeated_all_to_alls(comm, algorithm, dtype, numel))
     checks.check("cached shapes still check", lambda: cached_shapes_still_check(comm))
     checks.check("counters exact", lambda: counters_are_exact(comm))
     checks.check("cache bounded", lambda: cache_is_bounded(comm))

@@ -192,3 +192,19 @@ def test_a_tuned_shape_runs_its_choice_and_skips_the_tuner_once_decided() -> Non
     choice.tuner.plan = None  # a decided shape must not reach the tuner again
     assert choice.plan(networked, "all_gather", None, 1 << 20, torch.float32) is first
     assert choice.plan(networked, "all_gather", "mpi", 1 << 20, torch.float32).name == "mpi"  # explicit: untouched
+
+
+def test_all_to_all_runs_flat_mpi_across_a_network_compressed_too_and_hierarchical_by_name() -> None:
+    """Measured on the testbed: flat MPI at every size (the two-level one moves every byte once more inside the
+    node); a wire format encodes the blocks that cross nodes and MPI moves the bytes; no pipelined form."""
+    choice = Choice(overrides={}, compression={"all_to_all": "int8"})
+    networked = comm(hosts=2)
+    for nbytes in (0, 4096, 1 << 20, 64 << 20):
+        assert choice.plan(networked, "all_to_all", None, nbytes, torch.float32).name == "mpi+int8"
+        assert choice.plan(networked, "all_to_all", None, nbytes, torch.int64).name == "mpi"  # no format for ints
+    assert choice.plan(networked, "all_to_all", "hier:pairwise", 1 << 20, torch.float32, "bf16").name == \
+        "hier:pairwise+bf16"
+    assert Choice(overrides={}).plan(comm(hosts=1), "all_to_all", None, 1 << 20, torch.float32).name == "mpi"
+    assert "hier:pipelined" not in valid_names("all_to_all")
+    with pytest.raises(ValueError, match="unknown all_to_all algorithm 'hier:pipelined'"):
+        resolve("all_to_all", "hier:pipelined")
