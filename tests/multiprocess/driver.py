@@ -313,6 +313,12 @@ def check_async(p: int, r: int, names: tuple[str, ...] = ASYNC_ALGORITHMS) -> st
     works = [pc.all_reduce(b, algorithm=name, async_op=True)
              for b, name in zip(bufs, names, strict=True)]
     works.append(pc.all_gather_into_tensor(gathered, inp, async_op=True))
+    sends = [(r + j) % 3 for j in range(p)]  # an all-to-all with split sizes, and one without, in flight too
+    exchanged = torch.empty(sum((i + r) % 3 for i in range(p)), dtype=torch.int64)
+    works.append(pc.all_to_all_single(exchanged, torch.cat([torch.full((n,), 10 * r + j) for j, n in enumerate(sends)]),
+                                      [(i + r) % 3 for i in range(p)], sends, async_op=True))
+    even = torch.empty(2 * p)
+    works.append(pc.all_to_all_single(even, torch.arange(2 * p, dtype=torch.float32) + 100 * r, async_op=True))
     scattered = torch.empty(2)
     pc.reduce_scatter_tensor(scattered, torch.ones(2 * p), "sum")  # blocking: waits for the queued ones
     for w in works:
@@ -326,6 +332,11 @@ def check_async(p: int, r: int, names: tuple[str, ...] = ASYNC_ALGORITHMS) -> st
             return f"async all-reduce {k} wrong: {b[:3]}"
     if not torch.equal(gathered, torch.cat([torch.arange(5, dtype=torch.int64) + i for i in range(p)])):
         return "async all-gather wrong"
+    if not torch.equal(exchanged, torch.cat([torch.full(((i + r) % 3,), 10 * i + r) for i in range(p)])):
+        return "async all-to-all with split sizes wrong"
+    if not torch.equal(even, torch.cat([torch.arange(2 * r, 2 * r + 2, dtype=torch.float32) + 100 * i
+                                        for i in range(p)])):
+        return "async all-to-all wrong"
     if not torch.equal(scattered, torch.full((2,), float(p))):
         return "blocking reduce-scatter after async calls wrong"
     future = pc.all_reduce(torch.ones(3), async_op=True).get_future()
