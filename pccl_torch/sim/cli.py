@@ -1,10 +1,11 @@
-"""``pccl-sim``: predict collective times on a machine profile, fit a profile to pccl-bench results, and
-sweep GPU counts to see where hierarchical collectives beat the vendor library's flat ring (for all-to-all,
-its flat all-to-all).
+"""``pccl-sim``: predict collective times on a machine profile, fit a profile to pccl-bench results, check the
+model against pccl-bench results, and sweep GPU counts to see where hierarchical collectives beat the vendor
+library's flat ring (for all-to-all, its flat all-to-all).
 
     pccl-sim predict -c all_reduce --bytes 1M --gpus 2048 --machine frontier
     pccl-sim predict -c all_to_all --bytes 64M --gpus 2048 --machine frontier   # bytes: one rank's send buffer
     pccl-sim fit results.json -o configs/machines/local-cpu.yaml --name local-cpu
+    pccl-sim validate bench-n2.json bench-n3.json --machine tb200-fitted.yaml   # measured against predicted
     pccl-sim sweep --machine frontier --gpus 8..4096 --sizes 16M,64M,256M --plot sweep.png
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.plan import HIER_PREFIX
-from pccl_torch.sim import costs, machine
+from pccl_torch.sim import costs, machine, validate
 from pccl_torch.sim.fit import fit, format_report
 from pccl_torch.sim.machine import MachineProfile
 from pccl_torch.units import format_size, run_command, size_argument, size_list_argument, table, tool_parser
@@ -139,6 +140,16 @@ def _fit(args: argparse.Namespace) -> None:
     print(f"wrote {profile.save(args.output)}")
 
 
+def _validate(args: argparse.Namespace) -> None:
+    profile = machine.load(args.machine)
+    benches = [(path, validate.load_rows(path)) for path in args.results]
+    result = validate.validate(benches, profile)
+    print(validate.format_validation(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(validate.to_json(result), indent=1))
+        print(f"wrote {args.json}")
+
+
 def _sweep(args: argparse.Namespace) -> None:
     profile = machine.load(args.machine)
     sizes = args.sizes
@@ -176,6 +187,14 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--name", help="profile name (default: the output file's stem)")
     f.add_argument("--base", help="profile whose values are kept for parameters the rows cannot determine")
     f.set_defaults(run=_fit)
+
+    v = sub.add_parser("validate", help="predicted against measured time of every pccl-bench row, and whether the "
+                                        "predicted speed-up moves with the node count as measured")
+    v.add_argument("results", nargs="+", help="pccl-bench JSON files (lists of rows); files at several node "
+                                              "counts add the direction check")
+    v.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    v.add_argument("--json", help="write the rows, errors, skipped rows and speed-ups as JSON")
+    v.set_defaults(run=_validate)
 
     s = sub.add_parser("sweep", help="flat vendor collective vs best hierarchical algorithm over GPU counts")
     s.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")

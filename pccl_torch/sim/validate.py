@@ -1,0 +1,379 @@
+"""``pccl-sim validate``: the cost model's predictions against pccl-bench measurements.
+
+Every row the model can price is predicted on the machine profile at the row's bytes and layout: a pccl row
+as the algorithm it ran (``hier:*``, ``mpi``, ``vendor``, the flat family; ``hier:pipelined`` in its best chunk
+count, as ``costs.predict`` prices it), a baseline as the pccl algorithm the fit models it as
+(:data:`~pccl_torch.sim.fit.BASELINES`: ``mpi`` -> MPI's own collective, ``gloo``/``nccl``/``rccl`` -> the
+vendor collective). Its error is ``(predicted - measured) / measured``. Rows the model cannot price are listed
+with the reason: compressed rows (the model does not price the encoding), rows with wrong results, unknown
+backends, collectives or algorithm names.
+
+The direction check, where the rows cover more than one node count: at each node count, pccl's speed-up is the
+best baseline's time over pccl's choice (the auto row), measured and predicted (the least predicted time of the
+same baseline rows over the auto row's predicted time). For each collective and size (sizes within
+:data:`SAME_SIZE` of each other are one size: pccl-bench rounds the buffer to whole elements a rank, so 16M on
+3 x 2 ranks is 16,777,200 bytes) present at several node counts with the same ranks a node, each step between
+consecutive node counts is ``right`` when the predicted speed-up moves the way the measured one does (up,
+down or flat), else ``wrong``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pccl_torch.algorithms import COLLECTIVES
+from pccl_torch.sim import costs
+from pccl_torch.sim.fit import BASELINES, ROW_KEYS
+from pccl_torch.sim.machine import MachineProfile
+from pccl_torch.units import format_size, table
+
+SAME_SIZE = 0.01
+"""Relative difference under which two buffer sizes count as one size in the direction check."""
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """One measured row and the model's time for it."""
+
+    source: str
+    """The bench file the row came from."""
+    index: int
+    """The row's position in its file (from 0)."""
+    collective: str
+    nbytes: int
+    nodes: int
+    local_size: int
+    backend: str
+    """``pccl`` or the baseline's backend (``gloo``, ``mpi``, ...)."""
+    algorithm: str
+    """The algorithm priced: pccl's as run, a baseline's model (``vendor``, ``mpi``)."""
+    auto: bool
+    """pccl's own choice (the bench's auto row)."""
+    measured_us: float
+    predicted_us: float
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured."""
+        return (self.predicted_us - self.measured_us) / self.measured_us
+
+    @property
+    def label(self) -> str:
+        if self.backend != "pccl":
+            return f"{self.backend} as {self.algorithm}"
+        return f"pccl {self.algorithm} (auto)" if self.auto else f"pccl {self.algorithm}"
+
+    def describe(self) -> str:
+        """Which row this is, in one phrase: collective, size, layout, backend and algorithm, file."""
+        return (f"{self.collective} {format_size(self.nbytes)} {self.nodes}x{self.local_size} {self.label}, "
+                f"{Path(self.source).name}")
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A row the model cannot price, and why."""
+
+    source: str
+    index: int
+    collective: str
+    nbytes: int
+    nodes: int
+    local_size: int
+    backend: str
+    algorithm: str
+    """As the bench named it; a compressed row's with ``+format``."""
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedupPoint:
+    """pccl's choice against the best baseline at one node count (one bench file)."""
+
+    nodes: int
+    source: str
+    algorithm: str
+    """pccl's choice (the auto row's algorithm)."""
+    baseline: str
+    """The measured-best baseline's backend."""
+    measured: float
+    """Best baseline time / pccl's time, measured (> 1: pccl faster)."""
+    predicted: float
+    """Least predicted time of the same baselines / pccl's predicted time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """How the speed-up moves from one node count to the next."""
+
+    from_nodes: int
+    to_nodes: int
+    measured: str
+    """``up``, ``down`` or ``flat``."""
+    predicted: str
+    verdict: str
+    """``right`` when both move the same way, else ``wrong``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """The speed-up of one collective and size against the node count, measured and predicted."""
+
+    collective: str
+    nbytes: int
+    """The largest of the sizes grouped as one (see :data:`SAME_SIZE`)."""
+    local_size: int
+    points: list[SpeedupPoint]
+    steps: list[Step]
+    note: str = ""
+    """Why there are no steps, or which node counts had no usable point."""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Absolute relative errors of a set of priced rows."""
+
+    count: int
+    median: float
+    worst: float
+    worst_row: str
+
+
+@dataclass(frozen=True, slots=True)
+class Validation:
+    """Everything ``pccl-sim validate`` reports."""
+
+    machine: str
+    sources: list[str]
+    priced: list[Priced]
+    skipped: list[Skipped]
+    node_counts: list[int]
+    """The node counts of the priced rows."""
+    trends: list[Trend] = field(default_factory=list)
+
+    def summary(self, collective: str | None = None) -> Summary | None:
+        """Median and worst |error| over every priced row, or ``collective``'s (None: no row)."""
+        rows = [r for r in self.priced if collective is None or r.collective == collective]
+        if not rows:
+            return None
+        worst = max(rows, key=lambda r: abs(r.error))
+        return Summary(len(rows), statistics.median(abs(r.error) for r in rows), abs(worst.error), worst.describe())
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of one pccl-bench ``--json`` file; ValueError when it is not one."""
+    try:
+        rows = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc}); validate reads pccl-bench --json output") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a JSON list of pccl-bench rows")
+    for index, row in enumerate(rows):
+        missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, Mapping) else list(ROW_KEYS)
+        if missing:
+            raise ValueError(f"{path}: row {index} is not a pccl-bench row: missing {', '.join(missing)} "
+                             "(validate reads pccl-bench --json output)")
+    return rows
+
+
+def _why_not(row: Mapping[str, Any]) -> str | None:
+    """Why the model cannot price ``row`` (None: it can)."""
+    backend, collective = row["backend"], row["collective"]
+    if backend != "pccl" and backend not in BASELINES:
+        return f"backend {backend!r} has no model (pccl, {', '.join(BASELINES)})"
+    if collective not in COLLECTIVES:
+        return f"collective {collective!r} has no model"
+    if row.get("compression"):
+        return f"compressed (+{row['compression']}): the model does not price the encoding"
+    if row.get("wrong", 0) > 0:
+        return f"{row['wrong']} wrong elements: the time is of a broken run"
+    if float(row["time_us"]) <= 0:
+        return "measured time is not positive"
+    if backend == "pccl" and row["algorithm"] not in costs.algorithms(collective):
+        return f"algorithm {row['algorithm']!r} is not in the model's {collective} algorithms"
+    return None
+
+
+def price(rows: Iterable[Mapping[str, Any]], profile: MachineProfile,
+          source: str = "") -> tuple[list[Priced], list[Skipped]]:
+    """Each row of one bench file priced on ``profile``, or skipped with the reason."""
+    priced, skipped = [], []
+    for index, row in enumerate(rows):
+        where = (source, index, row["collective"], int(row["size_bytes"]), int(row["nodes"]), int(row["local_size"]),
+                 row["backend"])
+        reason = _why_not(row)
+        if reason:
+            name = row["algorithm"] + (f"+{row['compression']}" if row.get("compression") else "")
+            skipped.append(Skipped(*where, name, reason))
+            continue
+        algorithm = row["algorithm"] if row["backend"] == "pccl" else BASELINES[row["backend"]]
+        seconds = costs.predict(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
+                                int(row["local_size"]), profile)
+        priced.append(Priced(*where, algorithm, bool(row["auto"]) and row["backend"] == "pccl",
+                             float(row["time_us"]), seconds * 1e6))
+    return priced, skipped
+
+
+def _size_groups(sizes: Iterable[int]) -> dict[int, int]:
+    """Each size -> the largest size of its group (sorted sizes within :data:`SAME_SIZE` of the group's largest)."""
+    out: dict[int, int] = {}
+    group: list[int] = []
+    for size in sorted(set(sizes), reverse=True):
+        if group and (group[0] - size) > SAME_SIZE * group[0]:
+            group = []
+        group.append(size)
+        out[size] = group[0]
+    return out
+
+
+def _point(rows: list[Priced]) -> SpeedupPoint | str:
+    """pccl's speed-up at one (file, collective, size, layout), or why there is none."""
+    autos = [r for r in rows if r.auto]
+    baselines = [r for r in rows if r.backend != "pccl"]
+    nodes = rows[0].nodes
+    if len(autos) != 1:
+        return f"{'no' if not autos else len(autos)} auto rows at {nodes} nodes"
+    if not baselines:
+        return f"no baseline row at {nodes} nodes"
+    auto = autos[0]
+    if auto.predicted_us <= 0:
+        return f"pccl's predicted time is 0 at {nodes} nodes"
+    best = min(baselines, key=lambda r: r.measured_us)
+    return SpeedupPoint(nodes, auto.source, auto.algorithm, best.backend, best.measured_us / auto.measured_us,
+                        min(r.predicted_us for r in baselines) / auto.predicted_us)
+
+
+def _move(before: float, after: float) -> str:
+    return "up" if after > before else "down" if after < before else "flat"
+
+
+def trends(priced: list[Priced]) -> list[Trend]:
+    """For every (collective, size, ranks a node) priced at more than one node count: the speed-up at each node
+    count and whether the predicted one moves the way the measured one does between consecutive counts."""
+    nominal = {c: _size_groups(r.nbytes for r in priced if r.collective == c) for c in {r.collective for r in priced}}
+    cells: dict[tuple[str, int, int], dict[tuple[int, str], list[Priced]]] = {}
+    for r in priced:
+        key = (r.collective, nominal[r.collective][r.nbytes], r.local_size)
+        cells.setdefault(key, {}).setdefault((r.nodes, r.source), []).append(r)
+    out = []
+    for (collective, nbytes, local), by_point in cells.items():
+        counts = sorted({nodes for nodes, _ in by_point})
+        if len(counts) < 2:
+            continue
+        notes, points = [], []
+        for nodes in counts:
+            sources = [rows for (n, _), rows in by_point.items() if n == nodes]
+            if len(sources) > 1:
+                notes.append(f"{len(sources)} files at {nodes} nodes")
+                continue
+            point = _point(sources[0])
+            if isinstance(point, str):
+                notes.append(point)
+            else:
+                points.append(point)
+        steps = [Step(a.nodes, b.nodes, _move(a.measured, b.measured), _move(a.predicted, b.predicted),
+                      "right" if _move(a.measured, b.measured) == _move(a.predicted, b.predicted) else "wrong")
+                 for a, b in zip(points, points[1:])]
+        if len(points) < 2:
+            notes.append("fewer than 2 node counts usable: no direction")
+        out.append(Trend(collective, nbytes, local, points, steps, "; ".join(notes)))
+    order = {c: i for i, c in enumerate(COLLECTIVES)}
+    return sorted(out, key=lambda t: (order[t.collective], t.nbytes, t.local_size))
+
+
+def validate(benches: Iterable[tuple[str, list[Mapping[str, Any]]]], profile: MachineProfile) -> Validation:
+    """Price the rows of each ``(source, rows)`` bench file on ``profile`` and check the speed-up's direction."""
+    priced: list[Priced] = []
+    skipped: list[Skipped] = []
+    sources = []
+    for source, rows in benches:
+        sources.append(source)
+        p, s = price(rows, profile, source)
+        priced += p
+        skipped += s
+    counts = sorted({r.nodes for r in priced})
+    return Validation(profile.name, sources, priced, skipped, counts, trends(priced) if len(counts) > 1 else [])
+
+
+def _percent(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def format_validation(v: Validation) -> str:
+    """The report: per file a table of the priced rows, the skipped rows, the error footer, the direction check."""
+    lines = [f"# pccl-sim validate on {v.machine}: error = (predicted - measured) / measured"]
+    header = ("collective", "size", "nodes x local", "backend/algorithm", "measured(us)", "predicted(us)", "error")
+    for source in v.sources:
+        rows = [r for r in v.priced if r.source == source]
+        lines += ["", f"## {source}: {len(rows)} rows priced"]
+        if rows:
+            lines += table(header, [(r.collective, format_size(r.nbytes), f"{r.nodes} x {r.local_size}", r.label,
+                                     f"{r.measured_us:.1f}", f"{r.predicted_us:.1f}", _percent(r.error)) for r in rows],
+                           "<>><>>>")
+        for s in (s for s in v.skipped if s.source == source):
+            lines.append(f"skipped row {s.index}: {s.collective} {format_size(s.nbytes)} {s.nodes} x {s.local_size} "
+                         f"{s.backend} {s.algorithm}: {s.reason}")
+    lines += ["", f"# {len(v.priced)} rows priced, {len(v.skipped)} skipped"]
+    total = v.summary()
+    if total is None:
+        lines.append("# no row priced")
+    else:
+        lines.append(f"# median |error| {total.median:.1%}, worst {total.worst:.1%} ({total.worst_row})")
+        for collective in dict.fromkeys(r.collective for r in v.priced):
+            s = v.summary(collective)
+            assert s is not None
+            lines.append(f"#  {collective:<15} {s.count:>3} rows  median |error| {s.median:6.1%}  "
+                         f"worst {s.worst:6.1%} ({s.worst_row})")
+    lines += ["", *format_direction(v)]
+    return "\n".join(lines)
+
+
+def format_direction(v: Validation) -> list[str]:
+    """The direction check: one table of speed-ups per (collective, size), then a line per collective."""
+    if len(v.node_counts) < 2:
+        counts = ", ".join(map(str, v.node_counts)) or "none"
+        return [f"# direction: the rows cover one node count ({counts}): no direction check"]
+    if not v.trends:
+        return ["# direction: no collective and size at more than one node count"]
+    lines = ["# direction: pccl's choice over the best baseline (speed-up) against the node count"]
+    header = ("collective", "size", "nodes x local", "pccl's choice", "best baseline", "measured", "predicted",
+              "moves (measured/predicted)")
+    rows = []
+    for t in (t for t in v.trends if t.steps):
+        for i, p in enumerate(t.points):
+            step = t.steps[i - 1] if i else None
+            move = f"{step.measured}/{step.predicted}: {step.verdict}" if step else ""
+            rows.append((t.collective, format_size(t.nbytes), f"{p.nodes} x {t.local_size}", p.algorithm, p.baseline,
+                         f"{p.measured:.2f}x", f"{p.predicted:.2f}x", move))
+    lines += table(header, rows, "<>><<>><") if rows else []
+    for t in v.trends:
+        if t.note:
+            lines.append(f"{t.collective} {format_size(t.nbytes)}, {t.local_size} ranks a node: {t.note}")
+    for collective in dict.fromkeys(t.collective for t in v.trends):
+        steps = [(t, s) for t in v.trends if t.collective == collective for s in t.steps]
+        right = sum(s.verdict == "right" for _, s in steps)
+        detail = ", ".join(f"{format_size(t.nbytes)} {s.from_nodes}->{s.to_nodes} {s.verdict}" for t, s in steps)
+        lines.append(f"# direction {collective}: {right} of {len(steps)} steps right ({detail})" if steps else
+                     f"# direction {collective}: no step checked")
+    return lines
+
+
+def to_json(v: Validation) -> dict[str, Any]:
+    """The report as JSON-ready data: every priced row with its error, the skipped rows, the summaries, the trends."""
+    def summary(s: Summary | None) -> dict[str, Any] | None:
+        return asdict(s) if s else None
+
+    return {
+        "machine": v.machine,
+        "sources": v.sources,
+        "rows": [asdict(r) | {"error": r.error} for r in v.priced],
+        "skipped": [asdict(s) for s in v.skipped],
+        "summary": summary(v.summary()),
+        "per_collective": {c: summary(v.summary(c)) for c in dict.fromkeys(r.collective for r in v.priced)},
+        "node_counts": v.node_counts,
+        "trends": [asdict(t) for t in v.trends],
+    }

@@ -1,0 +1,237 @@
+"""pccl-sim validate: measured against predicted time of pccl-bench rows, the skipped rows, and whether the
+predicted speed-up moves with the node count the way the measured one does; the model's limits (one node, one
+rank a node, 3 nodes)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from pccl_torch.sim import costs, machine
+from pccl_torch.sim.cli import main
+from pccl_torch.sim.validate import _size_groups
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "sim-validate"
+N2, N3, A2A = DATA / "bench-n2.json", DATA / "bench-n3.json", DATA / "a2a-2x2-compressed-1m.json"
+MACHINE = REPO / "docs" / "testbed" / "node-count" / "tb200-fitted.yaml"
+PROFILE = machine.load(str(MACHINE))
+
+
+def run(tmp_path: Path, capsys, *files: Path) -> tuple[dict, str]:
+    """``pccl-sim validate FILES --machine tb200-fitted.yaml --json``: the JSON report and the printed text."""
+    out = tmp_path / "validate.json"
+    assert main(["validate", *map(str, files), "--machine", str(MACHINE), "--json", str(out)]) == 0
+    return json.loads(out.read_text()), capsys.readouterr().out
+
+
+def write(tmp_path: Path, name: str, rows: list[dict]) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def row(collective: str, backend: str, algorithm: str, nodes: int, local: int, time_us: float, *,
+        nbytes: int = 1 << 20, auto: bool = False, compression: str | None = None, wrong: int = 0) -> dict:
+    """A pccl-bench row with the fields validate reads."""
+    return {"collective": collective, "backend": backend, "algorithm": algorithm, "auto": auto,
+            "compression": compression, "size_bytes": nbytes, "time_us": time_us, "wrong": wrong,
+            "nodes": nodes, "local_size": local, "ranks": nodes * local}
+
+
+def predicted_us(collective: str, algorithm: str, nbytes: int, nodes: int, local: int) -> float:
+    return costs.predict(collective, algorithm, nbytes, nodes, local, PROFILE) * 1e6
+
+
+def find(rows: list[dict], **fields) -> dict:
+    [hit] = [r for r in rows if all(r[k] == v for k, v in fields.items())]
+    return hit
+
+
+# ---- errors against hand-computed ones ----------------------------------------------------------------
+
+def test_errors_equal_hand_computed_ones(tmp_path, capsys) -> None:
+    report, text = run(tmp_path, capsys, N2, N3)
+    bench = {2: json.loads(N2.read_text()), 3: json.loads(N3.read_text())}
+    # pccl's pipelined all-gather on 2 nodes x 2, priced as it ran
+    measured = find(bench[2], collective="all_gather", backend="pccl")["time_us"]
+    expected = predicted_us("all_gather", "hier:pipelined", 16 << 20, 2, 2)
+    got = find(report["rows"], collective="all_gather", backend="pccl", nodes=2)
+    assert got["measured_us"] == measured and got["predicted_us"] == pytest.approx(expected, rel=1e-12)
+    assert got["error"] == pytest.approx((expected - measured) / measured, rel=1e-12)
+    # MPICH's reduce-scatter on 3 nodes x 2 (16,777,200 bytes), priced as MPI's own collective
+    measured = find(bench[3], collective="reduce_scatter", backend="mpi")["time_us"]
+    expected = predicted_us("reduce_scatter", "mpi", 16777200, 3, 2)
+    got = find(report["rows"], collective="reduce_scatter", backend="mpi", nodes=3)
+    assert got["algorithm"] == "mpi" and got["nbytes"] == 16777200
+    assert got["error"] == pytest.approx((expected - measured) / measured, rel=1e-12)
+    line = next(x for x in text.splitlines() if x.startswith("reduce_scatter") and "3 x 2" in x and "mpi as mpi" in x)
+    assert line.split()[-1] == f"{(expected - measured) / measured:+.1%}"
+    # gloo is priced as the vendor collective: its error is not MPI's
+    gloo = find(report["rows"], collective="reduce_scatter", backend="gloo", nodes=3)
+    assert gloo["algorithm"] == "vendor"
+    assert gloo["predicted_us"] == pytest.approx(predicted_us("reduce_scatter", "vendor", 16777200, 3, 2))
+    # the footer: median and worst |error| over the 12 rows
+    errors = [abs(r["error"]) for r in report["rows"]]
+    assert len(errors) == 12 and report["skipped"] == []
+    assert report["summary"]["median"] == pytest.approx(statistics.median(errors))
+    assert report["summary"]["worst"] == pytest.approx(max(errors))
+    assert f"# median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}" in text
+    assert set(report["per_collective"]) == {"all_gather", "reduce_scatter"}
+    assert report["per_collective"]["all_gather"]["count"] == 6
+
+
+def test_three_nodes_join_two_in_the_direction_check(tmp_path, capsys) -> None:
+    """16,777,200 bytes on 3 nodes and 16 MiB on 2 are one size; the speed-ups are best baseline over auto."""
+    report, text = run(tmp_path, capsys, N2, N3)
+    assert report["node_counts"] == [2, 3]
+    [trend] = [t for t in report["trends"] if t["collective"] == "all_gather"]
+    assert trend["nbytes"] == 16 << 20 and [p["nodes"] for p in trend["points"]] == [2, 3]
+    bench = json.loads(N3.read_text())
+    times = {r["backend"]: r["time_us"] for r in bench if r["collective"] == "all_gather"}
+    point = trend["points"][1]
+    assert point["measured"] == pytest.approx(min(times["gloo"], times["mpi"]) / times["pccl"])
+    base = min(predicted_us("all_gather", a, 16777200, 3, 2) for a in ("vendor", "mpi"))
+    assert point["predicted"] == pytest.approx(base / predicted_us("all_gather", "hier:pipelined", 16777200, 3, 2))
+    assert len(trend["steps"]) == 1
+    assert "# direction all_gather: " in text and "# direction reduce_scatter: " in text
+
+
+def test_sizes_group_only_when_nearly_equal() -> None:
+    assert _size_groups([16 << 20, 16777200, 4096, 4080, 16384]) == {
+        16 << 20: 16 << 20, 16777200: 16 << 20, 4096: 4096, 4080: 4096, 16384: 16384}
+
+
+# ---- skipped rows --------------------------------------------------------------------------------------
+
+def test_compressed_rows_are_listed_as_skipped(tmp_path, capsys) -> None:
+    report, text = run(tmp_path, capsys, A2A)
+    assert len(report["rows"]) == 5
+    assert sorted(s["algorithm"] for s in report["skipped"]) == ["hier:mpi+int8", "mpi+bf16", "mpi+fp8", "mpi+int8"]
+    assert all("compressed" in s["reason"] for s in report["skipped"])
+    assert "skipped row 4: all_to_all 1M 2 x 2 pccl mpi+int8: compressed (+int8)" in text
+    assert "# 5 rows priced, 4 skipped" in text
+    assert "no direction check" in text
+
+
+def test_rows_the_model_cannot_price_say_why(tmp_path, capsys) -> None:
+    rows = [row("all_gather", "pccl", "ring", 2, 2, 100.0, auto=True),
+            row("all_gather", "pccl", "magic", 2, 2, 100.0),
+            row("all_gather", "ucc", "native", 2, 2, 100.0),
+            row("broadcast", "pccl", "ring", 2, 2, 100.0),
+            row("all_gather", "pccl", "ring", 2, 2, 100.0, wrong=3),
+            row("all_gather", "pccl", "ring", 2, 2, 0.0)]
+    report, text = run(tmp_path, capsys, write(tmp_path, "odd.json", rows))
+    assert len(report["rows"]) == 1
+    reasons = {s["index"]: s["reason"] for s in report["skipped"]}
+    assert sorted(reasons) == [1, 2, 3, 4, 5]
+    assert "'magic' is not in the model's all_gather algorithms" in reasons[1]
+    assert "backend 'ucc' has no model" in reasons[2]
+    assert "collective 'broadcast' has no model" in reasons[3]
+    assert "3 wrong elements" in reasons[4]
+    assert "not positive" in reasons[5]
+    assert text.count("skipped row ") == 5
+
+
+def test_a_file_that_is_not_pccl_bench_output_is_a_usage_error(tmp_path, capsys) -> None:
+    bad = write(tmp_path, "bad.json", [{"collective": "all_gather"}])
+    assert main(["validate", str(bad), "--machine", str(MACHINE)]) == 2
+    assert "pccl-sim: error: " in capsys.readouterr().err
+    yaml_file = MACHINE
+    assert main(["validate", str(yaml_file), "--machine", str(MACHINE)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
+# ---- the direction check -------------------------------------------------------------------------------
+
+def bench_with_speedups(speedups: dict[int, float], local: int = 2, nbytes: int = 16 << 20) -> list[dict]:
+    """All-gather rows at each node count: gloo as the model predicts it, pccl's hier:ring chosen and measured
+    ``speedup`` times faster than gloo."""
+    rows = []
+    for nodes, speedup in speedups.items():
+        gloo = predicted_us("all_gather", "vendor", nbytes, nodes, local)
+        rows += [row("all_gather", "gloo", "native", nodes, local, gloo, nbytes=nbytes),
+                 row("all_gather", "pccl", "hier:ring", nodes, local, gloo / speedup, nbytes=nbytes, auto=True)]
+    return rows
+
+
+def predicted_speedup(nodes: int, local: int = 2, nbytes: int = 16 << 20) -> float:
+    return (predicted_us("all_gather", "vendor", nbytes, nodes, local)
+            / predicted_us("all_gather", "hier:ring", nbytes, nodes, local))
+
+
+def test_direction_right_when_measured_moves_as_predicted(tmp_path, capsys) -> None:
+    counts = (2, 3, 5)
+    speedups = {n: predicted_speedup(n) * 0.8 for n in counts}  # off by 20%, moving the same way
+    files = [write(tmp_path, f"n{n}.json", bench_with_speedups({n: s})) for n, s in speedups.items()]
+    report, text = run(tmp_path, capsys, *files)
+    [trend] = report["trends"]
+    assert [s["verdict"] for s in trend["steps"]] == ["right", "right"]
+    assert [p["measured"] for p in trend["points"]] == pytest.approx(list(speedups.values()))
+    assert "# direction all_gather: 2 of 2 steps right" in text
+
+
+def test_direction_wrong_when_measured_moves_against_predicted(tmp_path, capsys) -> None:
+    """2 -> 3 nodes: the measured speed-up moves against the model's (wrong); 3 -> 5: with it (right)."""
+    predicted = {n: predicted_speedup(n) for n in (2, 3, 5)}
+    moves = ["up" if predicted[b] > predicted[a] else "down" for a, b in ((2, 3), (3, 5))]
+    against = {"up": 0.8, "down": 1.25}  # measured factor that moves the other way
+    measured = {2: 1.5}
+    measured[3] = measured[2] * against[moves[0]]
+    measured[5] = measured[3] / against[moves[1]]  # the same way as predicted
+    files = [write(tmp_path, f"n{n}.json", bench_with_speedups({n: s})) for n, s in measured.items()]
+    report, text = run(tmp_path, capsys, *files)
+    [trend] = report["trends"]
+    steps = [(s["from_nodes"], s["to_nodes"], s["measured"], s["predicted"], s["verdict"]) for s in trend["steps"]]
+    opposite = {"up": "down", "down": "up"}
+    assert steps == [(2, 3, opposite[moves[0]], moves[0], "wrong"), (3, 5, moves[1], moves[1], "right")]
+    assert "# direction all_gather: 1 of 2 steps right (16M 2->3 wrong, 16M 3->5 right)" in text
+    assert f"{opposite[moves[0]]}/{moves[0]}: wrong" in text
+
+
+def test_two_files_at_one_node_count_are_not_a_trend(tmp_path, capsys) -> None:
+    files = [write(tmp_path, "a.json", bench_with_speedups({2: 1.5})),
+             write(tmp_path, "b.json", bench_with_speedups({2: 1.4})),
+             write(tmp_path, "c.json", bench_with_speedups({3: 1.2}))]
+    report, text = run(tmp_path, capsys, *files)
+    [trend] = report["trends"]
+    assert trend["steps"] == [] and "2 files at 2 nodes" in trend["note"]
+    assert "# direction all_gather: no step checked" in text
+
+
+# ---- the model's limits ----------------------------------------------------------------------------------
+
+def test_one_node(tmp_path, capsys) -> None:
+    rows = [row("all_reduce", "pccl", "hier:ring", 1, 4, 500.0, auto=True),
+            row("all_reduce", "gloo", "native", 1, 4, 800.0),
+            row("all_reduce", "mpi", "native", 1, 4, 900.0)]
+    report, text = run(tmp_path, capsys, write(tmp_path, "one-node.json", rows))
+    assert len(report["rows"]) == 3 and report["trends"] == []
+    assert all(math.isfinite(r["error"]) for r in report["rows"])
+    assert find(report["rows"], backend="gloo")["predicted_us"] == pytest.approx(
+        predicted_us("all_reduce", "vendor", 1 << 20, 1, 4))
+    assert "the rows cover one node count (1): no direction check" in text
+
+
+def test_one_rank_a_node_and_one_rank_in_all(tmp_path, capsys) -> None:
+    """1 x 1, 2 x 1, 3 x 1: on one rank the model prices the flat ring at 0 (no step, no overhead on this
+    profile), so that node count has no speed-up, and the check runs from 2 to 3 nodes."""
+    assert predicted_us("all_gather", "ring", 1 << 20, 1, 1) == 0
+    rows = []
+    for nodes in (1, 2, 3):
+        rows += [row("all_gather", "pccl", "ring", nodes, 1, 100.0 * nodes, auto=True),
+                 row("all_gather", "gloo", "native", nodes, 1, 150.0 * nodes)]
+    files = [write(tmp_path, f"n{n}x1.json", [r for r in rows if r["nodes"] == n]) for n in (1, 2, 3)]
+    report, text = run(tmp_path, capsys, *files)
+    assert len(report["rows"]) == 6
+    one = find(report["rows"], backend="pccl", nodes=1)
+    assert one["predicted_us"] == 0 and one["error"] == -1.0
+    [trend] = report["trends"]
+    assert [p["nodes"] for p in trend["points"]] == [2, 3]
+    assert "pccl's predicted time is 0 at 1 nodes" in trend["note"]
+    assert [(s["from_nodes"], s["to_nodes"]) for s in trend["steps"]] == [(2, 3)]
+    assert "2 x 1" in text
