@@ -223,7 +223,8 @@ class Plan:
             world, local = levels.world, levels.world.size // levels.inter.size
             even = even and fmt.fixed_size  # a lossless block's bytes depend on its values, not its length
             compressed.all_to_all(fmt, lambda o, i, s, r: exact.run_all_to_all(levels, o, i, s, r, even=even),
-                                  functools.partial(_announce, world), out, inp, send, recv, world.rank, local)
+                                  functools.partial(_announce, world, inp.device), out, inp, send, recv, world.rank,
+                                  local)
         elif self.hierarchical:
             hierarchical.all_to_all(levels.intra_level(self.intra), levels.inter, self._between("all_to_all"), out,
                                     inp, send, recv, even=even)
@@ -241,10 +242,12 @@ class Plan:
         return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt)
 
 
-def _announce(world: Transport, sizes: list[int]) -> list[int]:
-    """Tell each rank what this one sends it (``sizes[j]`` to rank ``j``); what each sends this rank."""
-    told = torch.empty(world.size, dtype=torch.int64)
-    world.native_all_to_all(told, torch.tensor(sizes, dtype=torch.int64), [1] * world.size, [1] * world.size)
+def _announce(world: Transport, device: torch.device, sizes: list[int]) -> list[int]:
+    """Tell each rank what this one sends it (``sizes[j]`` to rank ``j``); what each sends this rank. On the data's
+    device: a world of NCCL (torchrun, CUDA) takes CUDA tensors only; MPI stages them."""
+    told = torch.empty(world.size, dtype=torch.int64, device=device)
+    world.native_all_to_all(told, torch.tensor(sizes, dtype=torch.int64, device=device), [1] * world.size,
+                            [1] * world.size)
     return told.tolist()
 
 

@@ -77,10 +77,16 @@ def describe(rows: list[list[int]]) -> str:
     return f"ranks called different collectives (fields that differ: {', '.join(differing)}): {calls}"
 
 
+def _device_of(comm: "Communicator") -> torch.device:
+    """Where the agreement's small tensors live: the host for MPI, the communicator's device for a torch group
+    (NCCL, the world of a CUDA communicator under torchrun, takes CUDA tensors only)."""
+    return torch.device("cpu") if comm.world.host_memory_only else comm.device
+
+
 def agree(comm: "Communicator", signature: Signature, sequence: int) -> None:
     """All-gather every rank's signature; raise :class:`PcclMismatchError` on every rank if any differs."""
-    mine = signature.encode(sequence)
-    rows = torch.empty(comm.topology.world_size, mine.numel(), dtype=torch.int64)
+    mine = signature.encode(sequence).to(_device_of(comm))
+    rows = torch.empty(comm.topology.world_size, mine.numel(), dtype=torch.int64, device=mine.device)
     comm.world.native_all_gather(rows, mine)
     if bool((rows != mine).any()):
         raise PcclMismatchError(f"pccl {signature.collective} #{sequence} not run: {describe(rows.tolist())}")
@@ -90,8 +96,8 @@ def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts
     """All-gather every rank's all-to-all counts; raise :class:`PcclMismatchError` on every rank where a rank's
     count for a peer is not the peer's count from it (the data would be cut short or hang)."""
     p = comm.topology.world_size
-    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64)
-    table = torch.empty(p * 2 * p, dtype=torch.int64)
+    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64, device=_device_of(comm))
+    table = torch.empty(p * 2 * p, dtype=torch.int64, device=mine.device)
     comm.world.native_all_gather(table, mine)
     rows = table.view(p, 2 * p).tolist()
     wrong = [(i, j) for i in range(p) for j in range(p) if rows[i][j] != rows[j][p + i]]
