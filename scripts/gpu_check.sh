@@ -261,7 +261,7 @@ if [ "$HAVE_PCCL" = 1 ] && names=$("$PY" scripts/gpu_check_lib.py names 2>>"$OUT
     eval "$(grep -E '^(SAFE_NAMES|NCCL_INTRA_NAMES|NCCL_ALL_NAMES)=[A-Za-z0-9_:,-]+$' <<<"$names")"
 fi
 # The driver's unnamed (auto) calls (async check): a flat MPI algorithm where NCCL cannot work.
-FLAT_AUTO="all_gather:mpi,reduce_scatter:mpi,all_reduce:mpi"
+FLAT_AUTO="all_gather:mpi,reduce_scatter:mpi,all_reduce:mpi,all_to_all:mpi"
 DRIVER=(tests/multiprocess/driver.py --device cuda --no-large)
 
 # -- 1. kernel tests, compiled on CUDA -----------------------------------------------------------------------
@@ -332,6 +332,15 @@ else
     run_section pccl-bench-w2 normal 60 pccl_bench.log -- "$PY" -m pccl_torch.bench.cli -np 2 --device cuda \
         -b 1K -e 64M -f 4 --backends pccl,pccl:mpi,pccl:ring,pccl:hier-mpi:mpi --no-progress \
         --json "$WORK/pccl-bench-w2.json"
+fi
+
+# -- 5b. the mixture-of-experts GPT on CUDA (uneven all-to-alls through the pccl backend), 2 emulated nodes ----
+if [ -n "$NO_GPU$NO_MPI" ]; then
+    skip moe-cuda "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+else
+    run_section moe-cuda normal 90 moe.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=1 PCCL_ALGO="$FLAT_AUTO" \
+        "${NCCL_TWO_HOSTS[@]}" "$PY" examples/gpt/train_moe.py --comm pccl --device cuda --steps 4 \
+        --json "$WORK/moe-cuda.json"
 fi
 
 # -- 6. experimental, last: NCCL with two ranks on one GPU made to look like two hosts ------------------------

@@ -84,12 +84,13 @@ def names() -> int:
     MPI), and ``hier-mpi:*`` (MPI inside the node). ``vendor`` runs NCCL over all ranks; ``hier:<x>`` on
     CUDA runs NCCL inside each node (``Communicator.intra`` picks ``intra_torch`` for CUDA)."""
     import pccl_torch as pc
+    from pccl_torch.algorithms import COLLECTIVES
     from pccl_torch.plan import resolve
 
     safe: list[str] = []
     nccl_world: list[str] = []
     nccl_intra: list[str] = []
-    for collective in ("all_gather", "reduce_scatter", "all_reduce"):
+    for collective in COLLECTIVES:
         for name in pc.algorithms(collective, "cuda"):
             plan = resolve(collective, name)
             if plan.transport == "vendor" and not plan.hierarchical:
