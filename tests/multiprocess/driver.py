@@ -461,7 +461,13 @@ def main() -> int:
                         help="run the cases with this wire format (the float dtypes it applies to)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="where the collectives' tensors live (default cpu)")
+    parser.add_argument("--pairwise-bytes-from", type=int,
+                        help="plan.PAIRWISE_BYTES_FROM for this run (small: the compressed all-to-all's pairwise move)")
     args = parser.parse_args()
+    if args.pairwise_bytes_from is not None:
+        import pccl_torch.plan
+
+        pccl_torch.plan.PAIRWISE_BYTES_FROM = args.pairwise_bytes_from
     global DEVICE
     DEVICE = torch.device(args.device)
 

@@ -89,6 +89,15 @@ def test_compressed_collectives(fmt: str, ranks: int, local_size: int, tmp_path)
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("fmt", ["int8", "bf16"])
+def test_compressed_all_to_all_moves_large_blocks_pairwise(fmt: str, tmp_path) -> None:
+    """A compressed flat ``mpi`` all-to-all of large blocks moves its bytes by pairwise exchange (the threshold
+    lowered to 64 bytes, so every case with blocks takes that path): the same results as every other plan."""
+    driver(4, tmp_path, "--compression", fmt, "--collectives", "all_to_all", "--algorithms", "mpi",
+           "--pairwise-bytes-from", "64", local_size=2, min_passed_per_rank=40)
+
+
+@pytest.mark.multiprocess
 def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
     """The same cases (small sizes) with every local kernel run by the Triton interpreter, 2 nodes x 2."""
     run = driver(4, tmp_path, "--no-large", local_size=2, env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"},
