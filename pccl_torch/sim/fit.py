@@ -67,6 +67,17 @@ ROW_KEYS = ("backend", "algorithm", "collective", "size_bytes", "nodes", "local_
 """The pccl-bench JSON fields a fit reads."""
 
 
+def missing_keys(row: object) -> list[str]:
+    """The :data:`ROW_KEYS` a pccl-bench row lacks (all of them for something that is not a mapping)."""
+    return [key for key in ROW_KEYS if key not in row] if isinstance(row, Mapping) else list(ROW_KEYS)
+
+
+def modelled_algorithm(row: Mapping[str, Any]) -> str | None:
+    """The algorithm the model prices a pccl-bench row as: pccl's as it ran, a baseline's pccl equivalent
+    (:data:`BASELINES`); None for a backend the model has no equivalent of."""
+    return row["algorithm"] if row["backend"] == "pccl" else BASELINES.get(row["backend"])
+
+
 def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
     """The rows ``fit`` uses: pccl rows as run, baselines as their pccl equivalent; rows with wrong
     results are dropped, and so are pipelined rows (their time is a max over phases, not linear in the
@@ -74,16 +85,12 @@ def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
     set: their algorithm is named without the wire format, and the model does not price encoding)."""
     out = []
     for index, row in enumerate(rows):
-        missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, Mapping) else list(ROW_KEYS)
+        missing = missing_keys(row)
         if missing:
             raise ValueError(f"row {index} is not a pccl-bench row: missing {', '.join(missing)} "
                              "(fit reads pccl-bench --json output)")
-        backend = row["backend"]
-        if backend == "pccl":
-            algorithm = row["algorithm"]
-        elif backend in BASELINES:
-            algorithm = BASELINES[backend]
-        else:
+        algorithm = modelled_algorithm(row)
+        if algorithm is None:
             continue
         # wrong -1: not checked
         if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED) or row.get("compression"):

@@ -28,7 +28,7 @@ from typing import Any
 
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.sim import costs
-from pccl_torch.sim.fit import BASELINES, ROW_KEYS
+from pccl_torch.sim.fit import BASELINES, missing_keys, modelled_algorithm
 from pccl_torch.sim.machine import MachineProfile
 from pccl_torch.units import format_size, table
 
@@ -37,8 +37,8 @@ SAME_SIZE = 0.01
 
 
 @dataclass(frozen=True, slots=True)
-class Priced:
-    """One measured row and the model's time for it."""
+class Row:
+    """Where a bench row comes from and what ran: the fields a priced and a skipped row share."""
 
     source: str
     """The bench file the row came from."""
@@ -51,7 +51,14 @@ class Priced:
     backend: str
     """``pccl`` or the baseline's backend (``gloo``, ``mpi``, ...)."""
     algorithm: str
-    """The algorithm priced: pccl's as run, a baseline's model (``vendor``, ``mpi``)."""
+    """Priced: pccl's as run, a baseline's model (``vendor``, ``mpi``); skipped: as the bench named it, a
+    compressed row's with ``+format``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Priced(Row):
+    """One measured row and the model's time for it."""
+
     auto: bool
     """pccl's own choice (the bench's auto row)."""
     measured_us: float
@@ -75,18 +82,9 @@ class Priced:
 
 
 @dataclass(frozen=True, slots=True)
-class Skipped:
+class Skipped(Row):
     """A row the model cannot price, and why."""
 
-    source: str
-    index: int
-    collective: str
-    nbytes: int
-    nodes: int
-    local_size: int
-    backend: str
-    algorithm: str
-    """As the bench named it; a compressed row's with ``+format``."""
     reason: str
 
 
@@ -173,7 +171,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
     if not isinstance(rows, list):
         raise ValueError(f"{path}: expected a JSON list of pccl-bench rows")
     for index, row in enumerate(rows):
-        missing = [key for key in ROW_KEYS if key not in row] if isinstance(row, Mapping) else list(ROW_KEYS)
+        missing = missing_keys(row)
         if missing:
             raise ValueError(f"{path}: row {index} is not a pccl-bench row: missing {', '.join(missing)} "
                              "(validate reads pccl-bench --json output)")
@@ -183,7 +181,7 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 def _why_not(row: Mapping[str, Any]) -> str | None:
     """Why the model cannot price ``row`` (None: it can)."""
     backend, collective = row["backend"], row["collective"]
-    if backend != "pccl" and backend not in BASELINES:
+    if modelled_algorithm(row) is None:
         return f"backend {backend!r} has no model (pccl, {', '.join(BASELINES)})"
     if collective not in COLLECTIVES:
         return f"collective {collective!r} has no model"
@@ -210,7 +208,7 @@ def price(rows: Iterable[Mapping[str, Any]], profile: MachineProfile,
             name = row["algorithm"] + (f"+{row['compression']}" if row.get("compression") else "")
             skipped.append(Skipped(*where, name, reason))
             continue
-        algorithm = row["algorithm"] if row["backend"] == "pccl" else BASELINES[row["backend"]]
+        algorithm = modelled_algorithm(row)
         seconds = costs.predict(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
                                 int(row["local_size"]), profile)
         priced.append(Priced(*where, algorithm, bool(row["auto"]) and row["backend"] == "pccl",
