@@ -260,7 +260,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     """
     comm = comm or default_communicator()
     even = input_split_sizes is None and output_split_sizes is None
-    ready = False
+    ready, key = False, None
     try:
         if even:
             key = ("all_to_all", input.dtype, input.numel(), algorithm, compression, async_op)
@@ -279,10 +279,10 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     check_tensor(output, "output", comm.device)
     check_tensor(input, "input", comm.device)
     check_same_dtype(output, input)
-    row = row_elements(input, "input")
-    if row_elements(output, "output") != row:
-        raise ValueError(f"output rows (dim 0) have {row_elements(output, 'output')} elements but input rows have "
-                         f"{row}: all_to_all_single moves whole rows, so their shapes after dim 0 must hold as many")
+    row, out_row = row_elements(input, "input"), row_elements(output, "output")
+    if out_row != row:
+        raise ValueError(f"output rows (dim 0) have {out_row} elements but input rows have {row}: "
+                         "all_to_all_single moves whole rows, so their shapes after dim 0 must hold as many")
     world = comm.topology.world_size
     send_rows = check_split_sizes(input_split_sizes, "input_split_sizes", input, "input", world)
     recv_rows = check_split_sizes(output_split_sizes, "output_split_sizes", output, "output", world)
@@ -300,8 +300,7 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
                              Blocks.from_counts([r * row for r in recv_rows]))
         return calls.BoundCall(comm, plan, calls.exchange_body(comm, plan), nbytes, async_op,
                                calls.signature(plan, input.dtype, -1, None))(output, job)
-    key = ("all_to_all", input.dtype, input.numel(), algorithm, compression, async_op)
-    bound = _lookup(comm, key)
+    bound = _lookup(comm, key)  # the key the cached path built: tensors, so it could
     if bound is None:
         bound = _bind(comm, (key,), "all_to_all", algorithm, nbytes, input.dtype, input.numel(), None, compression,
                       async_op, lambda plan, keep: calls.all_to_all_body(comm, plan, input.numel(), nbytes))
