@@ -245,9 +245,9 @@ class Plan:
         return dataclasses.replace(base, name=f"{base.name}+{fmt}", compression=fmt)
 
 
-def _announce(world: Transport, device: torch.device, sizes: list[int]) -> list[int]:
-    """Tell each rank what this one sends it (``sizes[j]`` to rank ``j``); what each sends this rank. On the data's
-    device: a world of NCCL (torchrun, CUDA) takes CUDA tensors only; MPI stages them."""
+def _announce(world: Transport, data_device: torch.device, sizes: list[int]) -> list[int]:
+    """Tell each rank what this one sends it (``sizes[j]`` to rank ``j``); what each sends this rank."""
+    device = world.control_device(data_device)
     told = torch.empty(world.size, dtype=torch.int64, device=device)
     world.native_all_to_all(told, torch.tensor(sizes, dtype=torch.int64, device=device), [1] * world.size,
                             [1] * world.size)

@@ -77,15 +77,9 @@ def describe(rows: list[list[int]]) -> str:
     return f"ranks called different collectives (fields that differ: {', '.join(differing)}): {calls}"
 
 
-def _device_of(comm: "Communicator") -> torch.device:
-    """Where the agreement's small tensors live: the host for MPI, the communicator's device for a torch group
-    (NCCL, the world of a CUDA communicator under torchrun, takes CUDA tensors only)."""
-    return torch.device("cpu") if comm.world.host_memory_only else comm.device
-
-
 def agree(comm: "Communicator", signature: Signature, sequence: int) -> None:
     """All-gather every rank's signature; raise :class:`PcclMismatchError` on every rank if any differs."""
-    mine = signature.encode(sequence).to(_device_of(comm))
+    mine = signature.encode(sequence).to(comm.world.control_device(comm.device))
     rows = torch.empty(comm.topology.world_size, mine.numel(), dtype=torch.int64, device=mine.device)
     comm.world.native_all_gather(rows, mine)
     if bool((rows != mine).any()):
@@ -96,7 +90,8 @@ def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts
     """All-gather every rank's all-to-all counts; raise :class:`PcclMismatchError` on every rank where a rank's
     count for a peer is not the peer's count from it (the data would be cut short or hang)."""
     p = comm.topology.world_size
-    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64, device=_device_of(comm))
+    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64,
+                        device=comm.world.control_device(comm.device))
     table = torch.empty(p * 2 * p, dtype=torch.int64, device=mine.device)
     comm.world.native_all_gather(table, mine)
     rows = table.view(p, 2 * p).tolist()
@@ -107,5 +102,5 @@ def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts
         more = f" (and {len(wrong) - 4} more pairs)" if len(wrong) > 4 else ""
         senders = sorted({i for i, _ in wrong})
         raise PcclMismatchError(f"pccl all_to_all not run: split sizes disagree across ranks: ranks {senders} "
-                                f"send what their peers do not expect: {shown}{more}; rank i's input_split_sizes[j] must equal rank j's "
-                                f"output_split_sizes[i]")
+                                f"send what their peers do not expect: {shown}{more}; rank i's "
+                                "input_split_sizes[j] must equal rank j's output_split_sizes[i]")

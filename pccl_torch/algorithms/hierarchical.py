@@ -69,7 +69,7 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
     if local == 1:
         inter_all_to_all(inter, out, inp, send, recv)
         return
-    counts = _node_send_counts(intra, send, even, inp.device)  # counts[l][m * local + j]: local rank l's block for (m, j)
+    counts = _node_send_counts(intra, send, even, inp.device)  # [l][m * local + j]: local rank l's for (m, j)
     mine = [[send.counts[m * local + j] for j in range(local)] for m in range(nodes)]
     packed = torch.empty_like(inp)
     transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
@@ -86,10 +86,10 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
 
 def _node_send_counts(intra: Transport, send: Blocks, even: bool, device: torch.device) -> list[list[int]]:
     """Every node-mate's send counts (``[local rank][destination rank]``): this rank's repeated when ``even``,
-    else all-gathered inside the node (on the data's device: NCCL takes CUDA tensors only)."""
+    else all-gathered inside the node."""
     if even:
         return [list(send.counts)] * intra.size
-    mine = torch.tensor(send.counts, dtype=torch.int64, device=device)
-    table = torch.empty(intra.size * mine.numel(), dtype=torch.int64, device=device)
+    mine = torch.tensor(send.counts, dtype=torch.int64, device=intra.control_device(device))
+    table = torch.empty(intra.size * mine.numel(), dtype=torch.int64, device=mine.device)
     intra.native_all_gather(table, mine)
     return table.view(intra.size, -1).tolist()

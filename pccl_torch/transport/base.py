@@ -111,6 +111,12 @@ class Transport(abc.ABC):
     #: Whether the transport needs host memory (CUDA tensors are staged through it).
     host_memory_only: bool = False
 
+    def control_device(self, data_device: torch.device) -> torch.device:
+        """Where the small tensors a collective exchanges about itself (counts, signatures) go, for data on
+        ``data_device``: the host where the transport needs host memory (nothing to stage), else the data's device
+        (NCCL takes CUDA tensors only)."""
+        return torch.device("cpu") if self.host_memory_only else data_device
+
     def reduces(self, dtype: torch.dtype) -> bool:
         """Whether the native reductions take tensors of ``dtype`` as they are (else: a float32 copy)."""
         return True
