@@ -135,7 +135,8 @@ def _fit(args: argparse.Namespace) -> None:
         raise ValueError(f"{args.results}: expected a JSON list of pccl-bench rows")
     base = machine.load(args.base) if args.base else None
     name = args.name or Path(args.output).stem
-    profile, report = fit(rows, base, name=name)
+    profile, report = fit(rows, base, name=name, nics_per_node=args.nics_per_node, host_cores=args.host_cores,
+                          vendor_library=args.vendor_library, tie_links=not args.untie_links)
     print(format_report(report))
     print(f"wrote {profile.save(args.output)}")
 
@@ -148,6 +149,8 @@ def _validate(args: argparse.Namespace) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(validate.to_json(result), indent=1))
         print(f"wrote {args.json}")
+    if args.plot:
+        print(f"wrote {validate.plot_trends(result, args.plot)}")
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -186,6 +189,14 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("-o", "--output", required=True, help="where to write the profile (.yaml)")
     f.add_argument("--name", help="profile name (default: the output file's stem)")
     f.add_argument("--base", help="profile whose values are kept for parameters the rows cannot determine")
+    f.add_argument("--nics-per-node", type=int, help="NICs a node, shared by its ranks (default: the base "
+                                                     "profile's, else one a rank)")
+    f.add_argument("--host-cores", type=int, help="cores of the one host all ranks share (the testbed: this "
+                                                  "machine's); 0 = a core a rank (default: the base profile's, else 0)")
+    f.add_argument("--vendor-library", choices=machine.VENDOR_LIBRARIES,
+                   help="the library the baseline rows ran (default: the base profile's, else nccl)")
+    f.add_argument("--untie-links", action="store_true",
+                   help="fit the vendor ring's bandwidth across nodes apart from MPI's (default: the same links)")
     f.set_defaults(run=_fit)
 
     v = sub.add_parser("validate", help="predicted against measured time of every pccl-bench row, and whether the "
@@ -194,6 +205,7 @@ def parser() -> argparse.ArgumentParser:
                                               "counts add the direction check")
     v.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     v.add_argument("--json", help="write the rows, errors, skipped rows and speed-ups as JSON")
+    v.add_argument("--plot", help="write the measured and predicted speed-up against the node count (PNG)")
     v.set_defaults(run=_validate)
 
     s = sub.add_parser("sweep", help="flat vendor collective vs best hierarchical algorithm over GPU counts")

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pccl_torch.algorithms import COLLECTIVES, Collective
-from pccl_torch.selection.heuristic import flat_choice
+from pccl_torch.selection.heuristic import SMALL_ALL_REDUCE, flat_choice
 from pccl_torch.plan import HIER_PREFIX, PIPELINED, hierarchical_inner, intra_library, valid_names
 from pccl_torch.sim.machine import PARAMS, MachineProfile
 
@@ -87,6 +87,28 @@ class Terms:
     def time(self, profile: MachineProfile) -> float:
         """Seconds on ``profile``."""
         return sum(c * getattr(profile, name) for name, c in self.coef.items())
+
+    def host(self) -> "Terms":
+        """The part of this cost that the ranks' cores do (:data:`HOST_PARAMS`)."""
+        return Terms({name: c for name, c in self.coef.items() if name in HOST_PARAMS})
+
+    def contended(self, factor: float) -> "Terms":
+        """This cost with its :meth:`host` part ``factor`` times as long (cores shared by more ranks)."""
+        if factor == 1.0:
+            return self
+        return Terms({name: c * factor if name in HOST_PARAMS else c for name, c in self.coef.items()})
+
+
+HOST_PARAMS: frozenset[str] = frozenset({"alpha_intra", "beta_intra", "alpha_vendor_intra", "beta_vendor_intra",
+                                         "gamma", "copy", "overhead"})
+"""The parameters of work a rank's cores do: messages inside a node (shared-memory copies, or gloo's loopback
+TCP), reductions, copies, the per-call dispatch. The others are the network's: latency and bytes on node links."""
+
+
+def contention(ranks: int, host_cores: int) -> float:
+    """How many times as long the cores' work takes when ``ranks`` ranks share ``host_cores`` cores (0: each rank
+    has a core of its own, factor 1)."""
+    return max(1.0, ranks / host_cores) if host_cores > 0 else 1.0
 
 
 def _total(terms: Iterable[Terms]) -> Terms:
@@ -240,10 +262,10 @@ def rs_recursive_halving(net: Net, n: float) -> Terms:
 
 
 def rs_pairwise(net: Net, n: float) -> Terms:
-    """Reduce-scatter pairwise: at step k send block ``r+k`` to rank ``r+k``, reduce the block from ``r-k``."""
+    """Reduce-scatter pairwise: at step k send block ``r+k`` to rank ``r+k``, reduce the block from ``r-k``; the
+    steps cross node links as an all-to-all's do (:func:`_a2a_step`)."""
     p = net.p
-    links = Counter(net.link(k) for k in range(1, p))
-    return _total(link.step(n / p) * count for link, count in links.items()) + _reduce(n / p) * (p - 1)
+    return _total(_a2a_step(net, k, n / p) for k in range(1, p)) + _reduce(n / p) * (p - 1)
 
 
 def ar_ring(net: Net, n: float) -> Terms:
@@ -254,6 +276,31 @@ def ar_ring(net: Net, n: float) -> Terms:
 def ar_rabenseifner(net: Net, n: float) -> Terms:
     """All-reduce Rabenseifner: recursive-halving reduce-scatter then recursive-doubling all-gather."""
     return rs_recursive_halving(net, n) + ag_recursive_doubling(net, n)
+
+
+def ar_rabenseifner_mpich(net: Net, n: float) -> Terms:
+    """All-reduce as MPICH's reduce-scatter + all-gather runs it: the reduce-scatter halves the buffer from the
+    nearest partner out (distance ``d`` carries ``n / 2d``: the largest exchanges stay inside a node when ranks
+    are placed by node), the all-gather mirrors it; non-powers of two fold the extra ranks in and out."""
+    p, q = net.p, _pof2(net.p)
+    cost = _total((net.step(d, n / (2 * d)) * 2 + _reduce(n / (2 * d))) for d in _doubling(q))
+    if q < p:
+        cost = cost + net.step(1, n) + _reduce(n) + net.step(1, n)
+    return cost
+
+
+def ar_mpich_smp(net: Net, n: float) -> Terms:
+    """All-reduce as MPICH composes it over several nodes of several ranks: reduce to each node's first rank
+    (reduce-scatter, then gather), all-reduce among those leaders (:func:`ar_rabenseifner_mpich`, one rank a node
+    on the node's link), broadcast inside the node (scatter, then all-gather). On 3 testbed nodes its fold sends
+    whole buffers between leaders (16 MiB: 2.5 s where gloo's ring took 1.3 s)."""
+    local, nodes = net.local, net.p // net.local
+    intra = Net(local, local, net.near, net.near, net.near)
+    alone = replace(net.far, share=1.0)
+    leaders = Net(nodes, 1, alone, alone, alone)
+    gather = intra.step(1, n / local) * (local - 1)  # also the broadcast's scatter
+    return (rs_recursive_halving(intra, n) + gather + ar_rabenseifner_mpich(leaders, n) + gather
+            + ag_ring(intra, n))
 
 
 def ar_recursive_doubling(net: Net, n: float) -> Terms:
@@ -346,6 +393,11 @@ def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
     if collective == "all_to_all":
         formula = a2a_bruck if mpich_all_to_all(n / net.p, net.p) == "bruck" else a2a_pairwise
         return formula(net.native(), n)
+    if collective == "all_reduce" and n >= SMALL_ALL_REDUCE:  # MPICH's choice from 2 KiB, whatever p
+        nodes = net.p // net.local
+        if nodes > 1 and net.local > 1:
+            return ar_mpich_smp(net.native(), n)
+        return ar_rabenseifner_mpich(net.native(), n)
     return FAMILY[collective][flat_choice(collective, int(n), net.p)](net.native(), n)
 
 
@@ -439,40 +491,56 @@ def _a2a_phases(inner: str, nbytes: float, nodes: int, local_size: int, nics_per
 
 
 def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
-          nics_per_node: int) -> Terms:
+          nics_per_node: int, *, host_cores: int = 0, vendor_library: str = "nccl") -> Terms:
     """The cost of one call of ``algorithm`` on a full buffer of ``nbytes`` (all-to-all: one rank's send buffer)
     over ``nodes`` x ``local_size`` ranks, including the per-call ``overhead`` (``pipelined``: unoverlapped, see
-    :func:`predict`)."""
+    :func:`predict`); the cores' work is :func:`contention` times as long when the ranks share ``host_cores``
+    cores. ``vendor`` is ``vendor_library``'s schedule (gloo's reduce-scatter: an all-reduce of a copy)."""
     collective = _check(collective)
     if nodes < 1 or local_size < 1 or nics_per_node < 1:
         raise ValueError(f"nodes, local_size and nics_per_node must be >= 1, got {nodes}, {local_size}, "
                          f"{nics_per_node}")
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-    call = Terms({"overhead": 1.0})
+    factor = contention(nodes * local_size, host_cores)
+    return (Terms({"overhead": 1.0}) + _schedule(collective, algorithm, nbytes, nodes, local_size, nics_per_node,
+                                                 vendor_library)).contended(factor)
+
+
+def _schedule(collective: Collective, algorithm: str, nbytes: float, nodes: int, local_size: int,
+              nics_per_node: int, vendor_library: str) -> Terms:
+    """The uncontended cost of ``algorithm``'s schedule, without the per-call overhead."""
     hier = split_hierarchical(algorithm)
     if hier is not None and algorithm in algorithms(collective):
         phases = hierarchical_phases(collective, hier[1], nbytes, nodes, local_size, nics_per_node, hier[0])
-        return call + _total(cost for _, cost in phases)
+        return _total(cost for _, cost in phases)
     if algorithm == "vendor":
-        return call + VENDOR[collective](vendor_flat_net(nodes, local_size), nbytes)
+        net = vendor_flat_net(nodes, local_size)
+        if collective == "reduce_scatter" and vendor_library == "gloo":
+            # torch's ProcessGroupGloo: clone the input, all-reduce it, copy this rank's block out
+            return _copy(nbytes) + VENDOR["all_reduce"](net, nbytes) + _copy(nbytes / net.p)
+        return VENDOR[collective](net, nbytes)
     flat = flat_net(nodes, local_size, nics_per_node)
     if algorithm == "mpi":
-        return call + _mpi_native(collective, flat, nbytes)
+        return _mpi_native(collective, flat, nbytes)
     if algorithm in FAMILY[collective]:
-        return call + FAMILY[collective][algorithm](flat, nbytes)
+        return FAMILY[collective][algorithm](flat, nbytes)
     raise ValueError(f"unknown {collective} algorithm {algorithm!r}; valid: {', '.join(algorithms(collective))}")
 
 
 def pipelined_time(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,
                    chunks: int) -> float:
-    """Seconds of ``hier:pipelined`` in ``chunks`` chunks: each phase of one chunk costs ``t_s`` (its
-    latency plus 1/chunks of its bytes), the first chunk passes every phase and each further one adds the
-    slowest phase: ``sum_s t_s + (chunks - 1) max_s t_s``."""
-    phases = hierarchical_phases(collective, PIPELINED, nbytes / chunks, nodes, local_size, profile.nics_per_node,
-                                 "mpi")
-    times = [cost.time(profile) for _, cost in phases]
-    return profile.overhead + sum(times) + (chunks - 1) * max(times)
+    """Seconds of ``hier:pipelined`` in ``chunks`` chunks: each phase of one chunk costs ``t_s`` (its latency
+    plus 1/chunks of its bytes), the first chunk passes every phase and each further one adds what bounds a
+    chunk: the slowest phase, or the cores' work of every phase (a rank's phases share its cores; on a shared
+    host, every rank's): ``sum_s t_s + (chunks - 1) max(max_s t_s, sum_s host_s)``."""
+    factor = contention(nodes * local_size, profile.host_cores)
+    phases = [cost.contended(factor) for _, cost in
+              hierarchical_phases(collective, PIPELINED, nbytes / chunks, nodes, local_size, profile.nics_per_node,
+                                  "mpi")]
+    times = [cost.time(profile) for cost in phases]
+    host = sum(cost.host().time(profile) for cost in phases)
+    return profile.overhead * factor + sum(times) + (chunks - 1) * max(max(times), host)
 
 
 MAX_CHUNKS = 32
@@ -499,7 +567,8 @@ def predict(collective: str, algorithm: str, nbytes: float, nodes: int, local_si
     if algorithm.endswith(":" + PIPELINED):
         chunks = best_chunks(collective, int(nbytes), nodes, local_size, profile)
         return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
-    return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node).time(profile)
+    return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node,
+                 host_cores=profile.host_cores, vendor_library=profile.vendor_library).time(profile)
 
 
 def best(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,

@@ -5,6 +5,11 @@ Every cost is linear in the parameters (``costs.Terms``), so each measured row g
 minimises the *relative* error (small messages count as much as large ones), and the parameters are
 kept non-negative (``scipy.optimize.nnls``). A parameter that no row depends on (an all-zero column:
 e.g. ``alpha_vendor_step`` when every row ran on one node) keeps the base profile's value, or 0.
+
+The machine's topology is given, not fitted: NICs a node, the cores the ranks share (``host_cores``), the vendor
+library. The vendor library's ring and MPI cross the same node links, so by default (``tie_links``) the vendor's
+bytes across nodes are priced on the NICs MPI uses, striped over all of them (``beta_vendor_inter = beta_inter /
+nics_per_node``): one link parameter instead of two that the fit could trade against each other.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -100,12 +105,18 @@ def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
     return out
 
 
-def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *,
-        name: str = "fitted") -> tuple[MachineProfile, FitReport]:
+TIED = ("beta_vendor_inter", "beta_inter")
+"""With ``tie_links``: the first parameter is fitted as the second divided by ``nics_per_node``."""
+
+
+def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *, name: str = "fitted",
+        nics_per_node: int | None = None, host_cores: int | None = None, vendor_library: str | None = None,
+        tie_links: bool = True) -> tuple[MachineProfile, FitReport]:
     """Fit every parameter the rows determine; returns the profile and its error report.
 
-    ``ranks_per_node`` is the rows' most common ``local_size``; ``nics_per_node`` is the base profile's,
-    or ``ranks_per_node`` without one (no NIC contention: emulated nodes share memory, not NICs).
+    ``ranks_per_node`` is the rows' most common ``local_size``. The topology (``nics_per_node``, ``host_cores``,
+    ``vendor_library``) is as given, else the base profile's, else ``ranks_per_node`` NICs (no NIC contention),
+    no shared cores and NCCL.
     """
     rows = list(rows)
     data = samples(rows)
@@ -113,8 +124,19 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
         raise ValueError("no usable rows: fit needs pccl-bench rows of backend 'pccl', "
                          f"{', '.join(repr(b) for b in BASELINES)} without wrong results")
     ranks_per_node = Counter(s.local_size for s in data).most_common(1)[0][0]
-    nics = base.nics_per_node if base else ranks_per_node
-    design = np.array([_terms(s, nics).vector() for s in data])
+    shape = MachineProfile(
+        name=name, ranks_per_node=ranks_per_node,
+        nics_per_node=nics_per_node or (base.nics_per_node if base else ranks_per_node),
+        host_cores=host_cores if host_cores is not None else (base.host_cores if base else 0),
+        vendor_library=vendor_library or (base.vendor_library if base else "nccl"),
+        **{p: 0.0 for p in PARAMS})
+    design = np.array([_terms(s, shape).vector() for s in data])
+    columns = list(PARAMS)
+    tied, into = TIED
+    if tie_links:
+        design[:, columns.index(into)] += design[:, columns.index(tied)] / shape.nics_per_node
+        design = np.delete(design, columns.index(tied), axis=1)
+        columns.remove(tied)
     measured = np.array([s.seconds for s in data])
     if np.any(measured <= 0):
         raise ValueError("every row needs time_us > 0")
@@ -123,20 +145,24 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
     active = norms > 0
     scaled, _ = nnls(weighted[:, active] / norms[active], np.ones(len(data)))
     values = {p: (getattr(base, p) if base else 0.0) for p in PARAMS}
-    values.update(zip(np.array(PARAMS)[active], scaled / norms[active]))
-    fitted = tuple(p for p, a in zip(PARAMS, active) if a)
-    kept = tuple(p for p, a in zip(PARAMS, active) if not a)
+    values.update(zip(np.array(columns)[active], scaled / norms[active]))
+    fitted = [p for p, a in zip(columns, active) if a]
+    kept = [p for p, a in zip(columns, active) if not a]
     hosts = ", ".join(sorted({str(r.get("hostname")) for r in rows if r.get("hostname")})) or "unknown host"
     sources = {p: f"fitted by pccl-sim to {len(data)} pccl-bench rows ({hosts})" for p in fitted}
     sources.update({p: f"no row depends on it: kept from {base.name}" if base else "no row depends on it: 0"
                     for p in kept})
-    profile = MachineProfile(name=name, ranks_per_node=ranks_per_node, nics_per_node=nics,
-                             sources=sources, **{p: float(values[p]) for p in PARAMS})
-    return profile, report(data, profile, fitted, kept)
+    if tie_links:
+        values[tied] = values[into] / shape.nics_per_node
+        sources[tied] = f"{into} / nics_per_node ({sources[into]})"
+        (fitted if into in fitted else kept).append(tied)
+    profile = replace(shape, sources=sources, **{p: float(values[p]) for p in PARAMS})
+    return profile, report(data, profile, tuple(fitted), tuple(kept))
 
 
-def _terms(s: Sample, nics: int) -> Terms:
-    return terms(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, nics)
+def _terms(s: Sample, profile: MachineProfile) -> Terms:
+    return terms(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, profile.nics_per_node,
+                 host_cores=profile.host_cores, vendor_library=profile.vendor_library)
 
 
 def report(data: list[Sample], profile: MachineProfile, fitted: tuple[str, ...] = PARAMS,
@@ -144,7 +170,7 @@ def report(data: list[Sample], profile: MachineProfile, fitted: tuple[str, ...] 
     """Relative errors of ``profile``'s predictions on ``data``, per (collective, algorithm) and overall."""
     errors: dict[tuple[str, str], list[float]] = {}
     for s in data:
-        pred = _terms(s, profile.nics_per_node).time(profile)
+        pred = _terms(s, profile).time(profile)
         errors.setdefault((s.collective, s.algorithm), []).append(abs(pred - s.seconds) / s.seconds)
     per = [AlgorithmError(c, a, len(e), statistics.median(e), max(e)) for (c, a), e in errors.items()]
     every = [x for e in errors.values() for x in e]

@@ -29,6 +29,12 @@ PARAMS: tuple[str, ...] = (
 )
 """The fitted parameters, in the order of the fit's design matrix (every cost is linear in these)."""
 
+VENDOR_LIBRARIES: tuple[str, ...] = ("nccl", "rccl", "gloo")
+"""The flat libraries the model knows how ``vendor`` runs."""
+
+TOPOLOGY_DEFAULTS: dict[str, Any] = {"host_cores": 0, "vendor_library": "nccl"}
+"""Optional YAML keys (facts of the machine, not fitted) and their values when a profile leaves them out."""
+
 # parameter -> (YAML key, unit): "us" stores seconds as microseconds, "GBps" stores s/byte as GB/s.
 _YAML_KEYS: dict[str, tuple[str, str]] = {
     "alpha_intra": ("alpha_intra_us", "us"),
@@ -81,16 +87,27 @@ class MachineProfile:
     """Seconds per byte of a local copy or permutation (pack, unpack, Bruck's rotation)."""
     overhead: float
     """Constant cost of one call (Python dispatch, stream synchronisation)."""
+    host_cores: int = 0
+    """Cores of the one host every rank runs on, when they all share one (the testbed's emulated nodes, ranks
+    on one machine); 0 when each node has its own, at least one a rank. With ``p`` ranks on ``host_cores``
+    cores, the work the cores do (:data:`~pccl_torch.sim.costs.HOST_PARAMS`) takes ``p / host_cores`` as long."""
+    vendor_library: str = "nccl"
+    """The flat vendor library the model prices as ``vendor`` (:data:`VENDOR_LIBRARIES`): ``nccl``/``rccl`` run
+    a ring reduce-scatter; torch's ``gloo`` backend runs reduce-scatter as an all-reduce of a copy."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each number comes from, keyed by field name."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError("name must be a non-empty string.")
-        for count in ("ranks_per_node", "nics_per_node"):
+        for count in ("ranks_per_node", "nics_per_node", "host_cores"):
             value = getattr(self, count)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{count} must be an integer of at least 1, got {value!r}.")
+            least = 0 if count == "host_cores" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{count} must be an integer of at least {least}, got {value!r}.")
+        if self.vendor_library not in VENDOR_LIBRARIES:
+            raise ValueError(f"vendor_library must be one of {', '.join(VENDOR_LIBRARIES)}, "
+                             f"got {self.vendor_library!r}.")
         for param in PARAMS:
             value = getattr(self, param)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
@@ -113,6 +130,9 @@ class MachineProfile:
             if key not in data:
                 raise ValueError(f"machine profile lacks {key!r}")
             values[key] = data.pop(key)
+        for key in TOPOLOGY_DEFAULTS:
+            if key in data:
+                values[key] = data.pop(key)
         values["sources"] = {_field_of(k): str(v) for k, v in (data.pop("sources", None) or {}).items()}
         if data:
             raise TypeError(f"unexpected argument {next(iter(data))!r} in machine profile")
@@ -128,7 +148,8 @@ class MachineProfile:
     def to_dict(self) -> dict[str, Any]:
         """The YAML mapping (human units), the inverse of :meth:`from_dict`."""
         out: dict[str, Any] = {"name": self.name, "ranks_per_node": self.ranks_per_node,
-                               "nics_per_node": self.nics_per_node}
+                               "nics_per_node": self.nics_per_node, "host_cores": self.host_cores,
+                               "vendor_library": self.vendor_library}
         for param, (key, unit) in _YAML_KEYS.items():
             out[key] = _to_human(getattr(self, param), unit)
         if self.sources:

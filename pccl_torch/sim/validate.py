@@ -360,6 +360,37 @@ def format_direction(v: Validation) -> list[str]:
     return lines
 
 
+def plot_trends(v: Validation, path: str | Path) -> Path:
+    """pccl's speed-up over the best baseline against the node count, measured (solid) and predicted (dashed),
+    one panel per collective and a line pair per size; ValueError when no trend has two points."""
+    trends = [t for t in v.trends if len(t.points) > 1]
+    if not trends:
+        raise ValueError("no collective and size at two or more node counts: nothing to plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    collectives = list(dict.fromkeys(t.collective for t in trends))
+    fig, axes = plt.subplots(1, len(collectives), figsize=(4.5 * len(collectives), 3.8), squeeze=False)
+    for ax, collective in zip(axes[0], collectives):
+        for i, t in enumerate(t for t in trends if t.collective == collective):
+            nodes = [p.nodes for p in t.points]
+            color = f"C{i}"
+            label = f"{format_size(t.nbytes)}, {t.local_size} a node"
+            ax.plot(nodes, [p.measured for p in t.points], "-o", color=color, label=f"{label}: measured")
+            ax.plot(nodes, [p.predicted for p in t.points], "--x", color=color, label=f"{label}: predicted")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set(title=collective, xlabel="nodes", ylabel="pccl / best baseline (speed-up)")
+        ax.set_xticks(sorted({p.nodes for t in trends for p in t.points}))
+        ax.legend(fontsize="x-small")
+    fig.suptitle(f"measured (solid) and predicted (dashed, {v.machine}) speed-up against node count")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
 def to_json(v: Validation) -> dict[str, Any]:
     """The report as JSON-ready data: every priced row with its error, the skipped rows, the summaries, the trends."""
     def summary(s: Summary | None) -> dict[str, Any] | None:

@@ -128,6 +128,87 @@ def test_mpi_is_mpich_choice_with_its_own_latency():
     assert big["alpha_mpi_native"] == 7 and "alpha_inter" not in big and "alpha_intra" not in big
 
 
+# ---- the machine: node links, shared cores, the vendor library -------------------------------------------
+
+def test_pairwise_reduce_scatter_crosses_node_links_like_an_all_to_all():
+    # 2 nodes x 2 ranks, one NIC: step 1 and 3 send one block off each node, step 2 two (both ranks at once):
+    # the node's link carries n in all, as MPICH's measured 16 MiB reduce-scatter on the testbed showed.
+    t = coef(terms("reduce_scatter", "pairwise", N, 2, 2, 1))
+    assert t["beta_inter"] == pytest.approx(N / 4 * (1 + 2 + 1)) and t["alpha_inter"] == 3
+    assert "beta_intra" not in t  # every step has a pair crossing nodes: the step is the slow pair's
+    assert "alpha_inter" not in coef(terms("reduce_scatter", "pairwise", N, 1, 4, 1))  # one node: nothing crosses
+    # 3 nodes (not a power of two) x 2: 5 steps, all crossing.
+    assert coef(terms("reduce_scatter", "pairwise", N, 3, 2, 1))["alpha_inter"] == 5
+
+
+def test_mpich_all_reduce_keeps_its_largest_exchanges_inside_the_node():
+    # One node, or one rank a node: MPICH's reduce-scatter + all-gather halves from the nearest partner out, so
+    # on 4 x 1 the distance-2 step carries n/4 a rank (twice: RS and AG); pccl's own Rabenseifner starts with
+    # the farthest partner and carries n/2 there.
+    mpich, ours = coef(terms("all_reduce", "mpi", N, 4, 1, 1)), coef(terms("all_reduce", "rabenseifner", N, 4, 1, 1))
+    assert mpich["beta_inter"] == pytest.approx(2 * (N / 2 + N / 4)) == ours["beta_inter"]
+    flat = coef(terms("all_reduce", "mpi", N, 1, 4, 1))
+    assert flat["beta_intra"] == pytest.approx(2 * (N / 2 + N / 4)) and flat["gamma"] == pytest.approx(3 / 4 * N)
+    # Several nodes of several ranks: reduce to a leader a node (RS n/2 + gather n/2 on 2 ranks), the leaders'
+    # all-reduce alone on each node's link (n/2 each way, twice), broadcast (scatter n/2 + all-gather n/2).
+    smp = coef(terms("all_reduce", "mpi", N, 2, 2, 1))
+    assert smp["beta_inter"] == pytest.approx(N) and smp["beta_intra"] == pytest.approx(2 * N)
+    assert smp["gamma"] == pytest.approx(N)
+    # Three leaders (not a power of two): the extra one folds in and out over whole buffers.
+    assert coef(terms("all_reduce", "mpi", N, 3, 2, 1))["gamma"] == pytest.approx(N / 2 + N / 2 + N)
+    assert coef(terms("all_reduce", "mpi", 1024, 2, 2, 1))["gamma"] == pytest.approx(2 * 1024)  # recursive doubling
+
+
+def test_gloo_reduce_scatter_is_an_all_reduce_of_a_copy():
+    gloo = terms("reduce_scatter", "vendor", N, 2, 2, 1, vendor_library="gloo")
+    ring = terms("all_reduce", "vendor", N, 2, 2, 1)
+    assert_terms(gloo, {**coef(ring), "copy": N + N / 4})
+    assert coef(terms("reduce_scatter", "vendor", N, 2, 2, 1))["gamma"] == pytest.approx(3 / 4 * N)  # NCCL: ring
+
+
+def test_contention():
+    assert costs.contention(8, 2) == 4 and costs.contention(3, 2) == 1.5
+    assert costs.contention(1, 2) == 1 and costs.contention(64, 0) == 1  # never below 1; 0: a core a rank
+
+
+@pytest.mark.parametrize("name", ["ring", "mpi", "vendor", "hier:ring", "hier-mpi:mpi", "hier:recursive_doubling"])
+def test_shared_cores_stretch_the_cores_work_and_not_the_network(name):
+    for nodes, local in [(2, 2), (3, 2), (4, 2), (1, 4), (4, 1)]:
+        alone = terms("all_reduce", name, N, nodes, local, 1)
+        shared = terms("all_reduce", name, N, nodes, local, 1, host_cores=2)
+        factor = max(1, nodes * local / 2)
+        for param, value in alone.coef.items():
+            expected = value * factor if param in costs.HOST_PARAMS else value
+            assert shared[param] == pytest.approx(expected), (name, nodes, local, param)
+
+
+def test_pipelined_chunks_wait_for_the_cores_they_share():
+    # Only the cores' work (no network cost): the chunks cannot overlap, the pipeline costs all of it.
+    cpu_only = dataclasses.replace(TRUTH, alpha_inter=0, beta_inter=0, alpha_mpi_native=0, overhead=0,
+                                   alpha_intra=0, host_cores=2)
+    one = costs.pipelined_time("all_gather", N, 2, 2, cpu_only, 1)
+    assert costs.pipelined_time("all_gather", N, 2, 2, cpu_only, 8) == pytest.approx(one)
+    # Network only: the classic pipeline, the first chunk through every phase and the slowest phase after it.
+    net_only = dataclasses.replace(TRUTH, beta_intra=0, gamma=0, copy=0, overhead=0, alpha_intra=0)
+    phases = [c.time(net_only) for _, c in costs.hierarchical_phases("all_gather", "pipelined", N / 8, 2, 2, 2, "mpi")]
+    assert costs.pipelined_time("all_gather", N, 2, 2, net_only, 8) == pytest.approx(sum(phases) + 7 * max(phases))
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce", "all_to_all"])
+def test_model_limits_one_node_one_rank_a_node_odd_node_counts(collective):
+    shared = dataclasses.replace(TRUTH, nics_per_node=1, host_cores=2, vendor_library="gloo")
+    for nodes, local in [(1, 1), (1, 4), (4, 1), (3, 2), (5, 2), (6, 3)]:
+        for name in algorithms(collective):
+            t = predict(collective, name, N, nodes, local, shared)
+            assert math.isfinite(t) and t > 0, (name, nodes, local)
+            if nodes == 1 and not name.endswith("pipelined"):
+                off_node = {"alpha_inter", "beta_inter", "alpha_vendor_step", "beta_vendor_inter"}
+                assert not off_node & set(coef(terms(collective, name, N, 1, local, 1))), name
+    # One rank a node: the two-level algorithm's intra phases move nothing.
+    assert "beta_intra" not in coef(terms(collective, "hier-mpi:ring" if collective != "all_to_all"
+                                          else "hier-mpi:pairwise", N, 4, 1, 1))
+
+
 # ---- hierarchical -------------------------------------------------------------------------------------
 
 def test_hierarchical_closed_forms():
@@ -327,7 +408,7 @@ def test_unknown_names_list_valid_ones():
 TRUTH = MachineProfile(
     name="truth", ranks_per_node=2, nics_per_node=2,
     alpha_intra=3e-6, beta_intra=1 / 20e9, alpha_inter=12e-6, beta_inter=1 / 5e9,
-    alpha_vendor_intra=40e-6, beta_vendor_intra=1 / 8e9, alpha_vendor_step=90e-6, beta_vendor_inter=1 / 4e9,
+    alpha_vendor_intra=40e-6, beta_vendor_intra=1 / 8e9, alpha_vendor_step=90e-6, beta_vendor_inter=1 / 10e9,
     alpha_mpi_native=6e-6, gamma=1 / 3e9, copy=1 / 6e9, overhead=30e-6,
 )
 
@@ -399,6 +480,30 @@ def test_fit_row_selection_and_report():
         fit([{**rows[0], "backend": "nothing"}])
 
 
+def test_fit_shared_cores_one_link_and_gloo_recovers_every_parameter():
+    # The testbed's shape: one NIC a node, every rank on 2 cores, gloo as the baseline; the vendor ring crosses
+    # the same links as MPI (tied), so one bandwidth serves both.
+    testbed = dataclasses.replace(TRUTH, nics_per_node=1, host_cores=2, vendor_library="gloo",
+                                  beta_vendor_inter=TRUTH.beta_inter)
+    rows = synthetic_rows(testbed, layouts=((1, 2), (2, 2), (3, 2), (4, 2)))
+    profile, rep = fit(rows, nics_per_node=1, host_cores=2, vendor_library="gloo")
+    assert (profile.nics_per_node, profile.host_cores, profile.vendor_library) == (1, 2, "gloo")
+    for p in PARAMS:
+        assert getattr(profile, p) == pytest.approx(getattr(testbed, p), rel=1e-6), p
+    assert rep.max < 1e-6 and profile.sources["beta_vendor_inter"].startswith("beta_inter / nics_per_node")
+    # Fitted without the shared cores, the same rows cannot be explained.
+    assert fit(rows, nics_per_node=1, vendor_library="gloo")[1].max > 0.05
+
+
+def test_fit_untied_links_recover_a_vendor_bandwidth_of_its_own():
+    own = dataclasses.replace(TRUTH, beta_vendor_inter=1 / 4e9)  # not beta_inter / nics_per_node
+    rows = synthetic_rows(own)
+    untied, rep = fit(rows, tie_links=False)
+    assert untied.beta_vendor_inter == pytest.approx(own.beta_vendor_inter, rel=1e-6) and rep.max < 1e-6
+    tied = fit(rows)[0]
+    assert tied.beta_vendor_inter == pytest.approx(tied.beta_inter / tied.nics_per_node)
+
+
 # ---- profiles -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["frontier", "perlmutter"])
@@ -421,6 +526,20 @@ def test_profile_round_trip(tmp_path):
         assert getattr(again, f.name) == (pytest.approx(value, rel=1e-12) if isinstance(value, float) else value)
     zero = dataclasses.replace(profile, beta_intra=0.0)  # free bandwidth: .inf in YAML
     assert load(zero.save(tmp_path / "zero.yaml")).beta_intra == 0.0
+
+
+def test_profile_topology_keys(tmp_path):
+    data = load("frontier").to_dict()
+    assert (data["host_cores"], data["vendor_library"]) == (0, "nccl")
+    del data["host_cores"], data["vendor_library"]
+    assert MachineProfile.from_dict(data).host_cores == 0  # optional: a machine's own cores, NCCL
+    shared = dataclasses.replace(TRUTH, host_cores=2, vendor_library="gloo")
+    again = load(shared.save(tmp_path / "tb.yaml"))
+    assert (again.host_cores, again.vendor_library) == (2, "gloo")
+    with pytest.raises(ValueError, match="host_cores must be an integer of at least 0"):
+        MachineProfile.from_dict({**data, "host_cores": -1})
+    with pytest.raises(ValueError, match="vendor_library must be one of nccl, rccl, gloo, got 'mpich'"):
+        MachineProfile.from_dict({**data, "vendor_library": "mpich"})
 
 
 def test_profile_lookup_in_machines_dir(tmp_path, monkeypatch):
