@@ -235,3 +235,12 @@ def test_one_rank_a_node_and_one_rank_in_all(tmp_path, capsys) -> None:
     assert "pccl's predicted time is 0 at 1 nodes" in trend["note"]
     assert [(s["from_nodes"], s["to_nodes"]) for s in trend["steps"]] == [(2, 3)]
     assert "2 x 1" in text
+
+
+def test_plot_of_the_speed_up_against_node_count(tmp_path, capsys) -> None:
+    png = tmp_path / "trend.png"
+    assert main(["validate", str(N2), str(N3), "--machine", str(MACHINE), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in capsys.readouterr().out
+    # One node count: no trend to draw, said as a usage error.
+    assert main(["validate", str(N2), "--machine", str(MACHINE), "--plot", str(tmp_path / "none.png")]) == 2
+    assert "nothing to plot" in capsys.readouterr().err and not (tmp_path / "none.png").exists()
