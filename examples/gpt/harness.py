@@ -125,6 +125,10 @@ class CommMeter(Protocol):
         """Calls per ``collective:algorithm`` on this rank so far (empty where the backend does not say)."""
         ...
 
+    def sizes(self) -> Counter[tuple[str, int]]:
+        """Calls per (collective, bytes of the full buffer) on this rank so far (empty where not recorded)."""
+        ...
+
 
 class PcclCounters:
     """pccl's own counters (the time each collective spent executing in pccl), summed over every pccl
@@ -140,6 +144,9 @@ class PcclCounters:
     def algorithms(self) -> dict[str, int]:
         return pc.stats("all")["algorithms"]
 
+    def sizes(self) -> Counter[tuple[str, int]]:
+        return Counter()
+
 
 class DistTimer:
     """Times torch.distributed's all-gathers, reduce-scatters and all-reduces, for backends that keep
@@ -150,10 +157,13 @@ class DistTimer:
     # what to wrap: torch's older names (all_gather_into_tensor, reduce_scatter_tensor) call these
     FUNCTIONS = {"all_gather": "all_gather_single", "reduce_scatter": "reduce_scatter_single",
                  "all_reduce": "all_reduce", "all_to_all": "all_to_all_single"}
+    # which positional argument is the full buffer (pccl's size convention; all-to-all: one rank's send buffer)
+    FULL_BUFFER = {"all_gather": 0, "reduce_scatter": 1, "all_reduce": 0, "all_to_all": 1}
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
+        self.call_sizes: Counter[tuple[str, int]] = Counter()
         self._lock = threading.Lock()
         self._busy_until = 0.0
         self._saved: list[tuple[Any, str, Callable]] = []
@@ -165,6 +175,10 @@ class DistTimer:
     def algorithms(self) -> dict[str, int]:
         return {}
 
+    def sizes(self) -> Counter[tuple[str, int]]:
+        with self._lock:
+            return Counter(self.call_sizes)
+
     def _record(self, collective: str, issued: float, done: float) -> None:
         with self._lock:
             start = max(issued, self._busy_until)
@@ -175,6 +189,10 @@ class DistTimer:
     def _timed(self, collective: str, fn: Callable) -> Callable:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            full = args[self.FULL_BUFFER[collective]] if len(args) > self.FULL_BUFFER[collective] else None
+            if isinstance(full, torch.Tensor):
+                with self._lock:
+                    self.call_sizes[(collective, full.numel() * full.element_size())] += 1
             issued = time.perf_counter()
             work = fn(*args, **kwargs)
             if work is None:
@@ -315,6 +333,9 @@ class RunResult:
     steps: list[StepRecord] = field(default_factory=list)
     algorithms: dict[str, int] = field(default_factory=dict)
     """Rank 0's calls per ``collective:algorithm`` in set-up and training (pccl runs)."""
+    call_sizes: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Rank 0's calls a step per collective and full-buffer bytes (``{"all_gather": {"1048576": 4.0}}``), over the
+    timed steps (from step 3), where the meter records sizes (torch.distributed runs: gloo, NCCL)."""
     val_loss: float = float("nan")
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -331,6 +352,14 @@ def _reduce_step(loss: float, seconds: float, delta: Snapshot,
     slowest = world.max(seconds)
     comm = {c: {"calls": values[2 + 2 * i], "seconds": values[3 + 2 * i]} for i, c in enumerate(COLLECTIVES)}
     return float(values[0]), slowest, comm, cpu_total
+
+
+def _per_step(sizes: Counter[tuple[str, int]], steps: int) -> dict[str, dict[str, float]]:
+    """Calls per (collective, bytes) as calls a step, keyed for JSON."""
+    out: dict[str, dict[str, float]] = {}
+    for (collective, nbytes), calls in sorted(sizes.items()):
+        out.setdefault(collective, {})[str(nbytes)] = calls / steps
+    return out
 
 
 def format_comm(comm: dict[str, dict[str, float]]) -> str:
@@ -366,7 +395,10 @@ def train(args: argparse.Namespace, step_fn: StepFn, eval_fn: EvalFn, meter: Com
     log.info("%s, %s: %d ranks (%d a node), %s parameters, %s tokens a step, comm timed by %s",
              framework, comm, size, result.local_size, f"{params:,}", f"{result.tokens_per_step:,}", meter.method)
     batches = torch.Generator().manual_seed(1000 * args.seed + rank)
+    sizes_from = meter.sizes()
     for step in range(1, args.steps + 1):
+        if step == 3:
+            sizes_from = meter.sizes()  # the timed steps (summarize's) start here
         x, y = get_batch(splits.train, args.batch_size, args.block_size, batches)
         record = StepRecord(step, *_reduce_step(*timed_step(step_fn, meter, x, y)))
         result.steps.append(record)
@@ -375,6 +407,7 @@ def train(args: argparse.Namespace, step_fn: StepFn, eval_fn: EvalFn, meter: Com
                      f"{result.tokens_per_step / record.seconds:,.0f}", 1e3 * record.seconds,
                      format_comm(record.comm))
     result.algorithms = meter.algorithms()
+    result.call_sizes = _per_step(meter.sizes() - sizes_from, args.steps - 2 if args.steps > 2 else args.steps)
     result.val_loss = evaluate(args, eval_fn, splits.val, rank)
     result.summary = summarize(result)
     log_summary(result)

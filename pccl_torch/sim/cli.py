@@ -7,6 +7,7 @@ library's flat ring (for all-to-all, its flat all-to-all).
     pccl-sim fit results.json -o configs/machines/local-cpu.yaml --name local-cpu
     pccl-sim validate bench-n2.json bench-n3.json --machine tb200-fitted.yaml   # measured against predicted
     pccl-sim sweep --machine frontier --gpus 8..4096 --sizes 16M,64M,256M --plot sweep.png
+    pccl-sim step zero3-*-n{2,3,4}.json --compute zero3-one-rank.json --machine tb200.yaml   # training steps
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.plan import HIER_PREFIX
-from pccl_torch.sim import costs, machine, validate
+from pccl_torch.sim import costs, machine, step, validate
 from pccl_torch.sim.fit import fit, format_report
 from pccl_torch.sim.machine import MachineProfile
 from pccl_torch.units import format_size, run_command, size_argument, size_list_argument, table, tool_parser
@@ -153,6 +154,26 @@ def _validate(args: argparse.Namespace) -> None:
         print(f"wrote {validate.plot_trends(result, args.plot)}")
 
 
+def _step(args: argparse.Namespace) -> None:
+    profile = machine.load(args.machine)
+    runs = [step.load_run(path) for path in args.runs]
+    with_sizes = step.load_run(args.sizes) if args.sizes else next((r for r in runs if r.call_sizes), None)
+    if with_sizes is None or not with_sizes.call_sizes:
+        raise ValueError("no run recorded its call sizes: give --sizes RUN.json (a gloo or NCCL run of the example)")
+    one_rank = step.load_run(args.compute)
+    if one_rank.nodes * one_rank.local_size != 1:
+        raise ValueError(f"{args.compute}: --compute needs a one-rank run, this one has "
+                         f"{one_rank.nodes * one_rank.local_size} ranks")
+    fit_nodes = args.fit_nodes if args.fit_nodes is not None else min(r.nodes for r in runs)
+    predictions = step.predict_steps(runs, with_sizes.call_sizes, one_rank.step_ms, profile, fit_nodes)
+    print(f"# training steps on {profile.name}: compute {one_rank.step_ms:.0f} ms a step alone "
+          f"({Path(args.compute).name}), call sizes from {Path(with_sizes.source).name}")
+    print(step.format_steps(predictions, fit_nodes))
+    if args.json:
+        Path(args.json).write_text(json.dumps(step.to_json(predictions), indent=1))
+        print(f"wrote {args.json}")
+
+
 def _sweep(args: argparse.Namespace) -> None:
     profile = machine.load(args.machine)
     sizes = args.sizes
@@ -207,6 +228,18 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--json", help="write the rows, errors, skipped rows and speed-ups as JSON")
     v.add_argument("--plot", help="write the measured and predicted speed-up against the node count (PNG)")
     v.set_defaults(run=_validate)
+
+    t = sub.add_parser("step", help="training steps predicted from a one-rank run's computation and the model's "
+                                     "collectives, against the measured ones")
+    t.add_argument("runs", nargs="+", help="training runs' JSON (examples/gpt --json) at one or more node counts")
+    t.add_argument("--compute", required=True, help="a one-rank run of the same model and batch (its step is the "
+                                                   "computation)")
+    t.add_argument("--sizes", help="a run that recorded its call sizes (default: the first of the runs that did)")
+    t.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    t.add_argument("--fit-nodes", type=int, help="fit each backend's overlap on its runs at this node count "
+                                                 "(default: the fewest)")
+    t.add_argument("--json", help="write the predictions as JSON")
+    t.set_defaults(run=_step)
 
     s = sub.add_parser("sweep", help="flat vendor collective vs best hierarchical algorithm over GPU counts")
     s.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")

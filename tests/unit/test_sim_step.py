@@ -1,0 +1,123 @@
+"""pccl-sim step: a training step from a one-rank run's computation and the model's collectives, the overlap fitted
+at one node count and held at the others; and the example harness recording the call sizes it needs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pccl_torch.selection.heuristic import networked_choice
+from pccl_torch.sim import costs, step
+from pccl_torch.sim.cli import main
+from pccl_torch.sim.machine import MachineProfile
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = MachineProfile(
+    name="tb", ranks_per_node=2, nics_per_node=1, host_cores=2, vendor_library="gloo",
+    alpha_intra=100e-6, beta_intra=1 / 1e9, alpha_inter=300e-6, beta_inter=1 / 23e6,
+    alpha_vendor_intra=50e-6, beta_vendor_intra=1 / 0.6e9, alpha_vendor_step=150e-6, beta_vendor_inter=1 / 23e6,
+    alpha_mpi_native=50e-6, gamma=1 / 3e9, copy=1 / 2.4e9, overhead=0.0,
+)
+SIZES = {"all_gather": {1 << 20: 20.0, 64 << 10: 5.0}, "reduce_scatter": {13 << 20: 1.0}, "all_reduce": {8: 1.0}}
+
+
+def run_json(tmp_path: Path, name: str, backend: str, nodes: int, step_ms: float, *, local: int = 2,
+             sizes: dict | None = None) -> Path:
+    path = tmp_path / name
+    data = {"comm": backend, "world_size": nodes * local, "local_size": local, "summary": {"step_ms": step_ms}}
+    if sizes is not None:
+        data["call_sizes"] = {c: {str(b): n for b, n in s.items()} for c, s in sizes.items()}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def expected_comm_ms(backend: str, nodes: int) -> float:
+    total = 0.0
+    for collective, calls in SIZES.items():
+        for nbytes, count in calls.items():
+            name = "vendor" if backend == "gloo" else networked_choice(collective, nbytes, nodes, 23e6)
+            total += count * costs.predict(collective, name, nbytes, nodes, 2, PROFILE)
+    return 1e3 * total
+
+
+def test_step_is_stretched_compute_plus_priced_calls_less_the_overlap(tmp_path):
+    runs = [step.load_run(run_json(tmp_path, f"{b}{n}.json", b, n, 1000.0 * n, sizes=SIZES))
+            for b in ("gloo", "pccl") for n in (2, 3, 4)]
+    predictions = step.predict_steps(runs, runs[0].call_sizes, 150.0, PROFILE)
+    for p in predictions:
+        assert p.compute_ms == pytest.approx(150.0 * p.run.nodes)  # 2N ranks on 2 cores
+        assert p.comm_ms == pytest.approx(expected_comm_ms(p.run.backend, p.run.nodes))
+        assert p.predicted_ms == pytest.approx(p.compute_ms + p.comm_ms - p.overlap * min(p.compute_ms, p.comm_ms))
+        assert 0.0 <= p.overlap <= 1.0
+    # The overlap is fitted on the fewest nodes: exact there where it can be.
+    for p in (p for p in predictions if p.run.nodes == 2):
+        exact = (p.compute_ms + p.comm_ms - p.run.step_ms) / min(p.compute_ms, p.comm_ms)
+        if 0 <= exact <= 1:
+            assert p.error == pytest.approx(0.0, abs=1e-12)
+    held = {p.overlap for p in predictions if p.run.backend == "gloo"}
+    assert len(held) == 1  # one overlap a backend, held for 3 and 4 nodes
+
+
+def test_pccl_calls_are_priced_as_pccl_chooses_them():
+    assert step.algorithm("gloo", "all_gather", 1 << 20, 3, PROFILE) == "vendor"
+    assert step.algorithm("pccl", "all_gather", 16 << 20, 2, PROFILE) == "hier:pipelined"
+    assert step.algorithm("pccl", "all_reduce", 16 << 20, 3, PROFILE) == "hier:ring"  # 3 nodes: the ring
+    assert step.algorithm("pccl", "all_reduce", 16 << 20, 1, PROFILE) == "mpi"  # one node: MPI's own
+    with pytest.raises(ValueError, match="no model of backend 'mpi'"):
+        step.algorithm("mpi", "all_reduce", 8, 2, PROFILE)
+
+
+def test_fitted_overlap_is_clamped():
+    run = step.Run("r", "gloo", 2, 2, 100.0, {})
+    assert step.fitted_overlap([step.StepPrediction(run, 80.0, 80.0, 0.0, {})]) == pytest.approx(0.75)
+    assert step.fitted_overlap([step.StepPrediction(run, 10.0, 10.0, 0.0, {})]) == 0.0  # slower than no overlap
+    assert step.fitted_overlap([step.StepPrediction(run, 100.0, 90.0, 0.0, {})]) == 1.0  # faster than full
+
+
+def test_cli(tmp_path, capsys):
+    profile = PROFILE.save(tmp_path / "tb.yaml")
+    runs = [run_json(tmp_path, f"{b}{n}.json", b, n, 900.0 * n, sizes=SIZES if b == "gloo" else None)
+            for b in ("gloo", "pccl") for n in (2, 3)]
+    one = run_json(tmp_path, "one.json", "gloo", 1, 120.0, local=1)
+    out = tmp_path / "steps.json"
+    assert main(["step", *map(str, runs), "--compute", str(one), "--machine", str(profile), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "call sizes from gloo2.json" in text and "# 2 runs not fitted on (overlap fitted at 2 nodes)" in text
+    rows = json.loads(out.read_text())
+    assert {(r["backend"], r["nodes"]) for r in rows} == {("gloo", 2), ("gloo", 3), ("pccl", 2), ("pccl", 3)}
+    # Errors are usage errors: a --compute run of several ranks, no recorded sizes, a file that is not a run.
+    assert main(["step", str(runs[0]), "--compute", str(runs[1]), "--machine", str(profile)]) == 2
+    assert "needs a one-rank run" in capsys.readouterr().err
+    assert main(["step", str(runs[3]), "--compute", str(one), "--machine", str(profile)]) == 2
+    assert "no run recorded its call sizes" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("[]")
+    assert main(["step", str(tmp_path / "bad.json"), "--compute", str(one), "--machine", str(profile)]) == 2
+    assert "not a training run's JSON" in capsys.readouterr().err
+
+
+def test_harness_records_full_buffer_sizes(tmp_path, monkeypatch):
+    """The example harness's torch.distributed timer records every call's full-buffer bytes (gloo, one rank)."""
+    sys.path.insert(0, str(REPO / "examples" / "gpt"))
+    import harness
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with harness.DistTimer() as timer:
+            x = torch.ones(10)
+            dist.all_reduce(x)
+            dist.all_gather_single(torch.empty(6), torch.ones(6))
+            dist.reduce_scatter_single(torch.empty(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+            dist.all_reduce(torch.ones(10))
+        assert timer.sizes() == {("all_reduce", 40): 2, ("all_gather", 24): 1, ("reduce_scatter", 24): 1}
+        per_step = harness._per_step(timer.sizes(), 2)
+        assert per_step == {"all_gather": {"24": 0.5}, "all_reduce": {"40": 1.0}, "reduce_scatter": {"24": 0.5}}
+    finally:
+        dist.destroy_process_group()
+        sys.path.remove(str(REPO / "examples" / "gpt"))
