@@ -157,8 +157,10 @@ class DistTimer:
     # what to wrap: torch's older names (all_gather_into_tensor, reduce_scatter_tensor) call these
     FUNCTIONS = {"all_gather": "all_gather_single", "reduce_scatter": "reduce_scatter_single",
                  "all_reduce": "all_reduce", "all_to_all": "all_to_all_single"}
-    # which positional argument is the full buffer (pccl's size convention; all-to-all: one rank's send buffer)
-    FULL_BUFFER = {"all_gather": 0, "reduce_scatter": 1, "all_reduce": 0, "all_to_all": 1}
+    # which argument is the full buffer, by position and name (pccl's size convention; all-to-all: one rank's
+    # send buffer)
+    FULL_BUFFER = {"all_gather": (0, "output_tensor"), "reduce_scatter": (1, "input"), "all_reduce": (0, "tensor"),
+                   "all_to_all": (1, "input")}
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
@@ -189,7 +191,8 @@ class DistTimer:
     def _timed(self, collective: str, fn: Callable) -> Callable:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            full = args[self.FULL_BUFFER[collective]] if len(args) > self.FULL_BUFFER[collective] else None
+            position, name = self.FULL_BUFFER[collective]
+            full = args[position] if len(args) > position else kwargs.get(name)
             if isinstance(full, torch.Tensor):
                 with self._lock:
                     self.call_sizes[(collective, full.numel() * full.element_size())] += 1

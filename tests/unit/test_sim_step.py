@@ -114,7 +114,7 @@ def test_harness_records_full_buffer_sizes(tmp_path, monkeypatch):
             dist.all_reduce(x)
             dist.all_gather_single(torch.empty(6), torch.ones(6))
             dist.reduce_scatter_single(torch.empty(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
-            dist.all_reduce(torch.ones(10))
+            dist.all_reduce(tensor=torch.ones(10))  # by name, as DeepSpeed calls it
         assert timer.sizes() == {("all_reduce", 40): 2, ("all_gather", 24): 1, ("reduce_scatter", 24): 1}
         per_step = harness._per_step(timer.sizes(), 2)
         assert per_step == {"all_gather": {"24": 0.5}, "all_reduce": {"40": 1.0}, "reduce_scatter": {"24": 0.5}}
