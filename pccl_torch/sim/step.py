@@ -70,7 +70,8 @@ def load_run(path: str | Path) -> Run:
     """A training run from its JSON; ValueError when the file is not one."""
     try:
         data = json.loads(Path(path).read_text())
-        call_sizes = {c: {int(b): float(n) for b, n in sizes.items()} for c, sizes in data.get("call_sizes", {}).items()}
+        call_sizes = {c: {int(b): float(n) for b, n in sizes.items()}
+                      for c, sizes in data.get("call_sizes", {}).items()}
         return Run(str(path), data["comm"], data["world_size"] // data["local_size"], data["local_size"],
                    float(data["summary"]["step_ms"]), call_sizes)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as exc:
@@ -138,7 +139,8 @@ def format_steps(predictions: Sequence[StepPrediction], fit_nodes: int) -> str:
     """The table of runs, measured and predicted, and the error summary of the runs not fitted on."""
     header = ("run", "backend", "nodes x local", "compute(ms)", "comm(ms)", "overlap", "predicted(ms)",
               "measured(ms)", "error")
-    rows = [(Path(p.run.source).name, p.run.backend, f"{p.run.nodes} x {p.run.local_size}", f"{p.compute_ms:.0f}",
+    rows = [("/".join(Path(p.run.source).parts[-2:]), p.run.backend, f"{p.run.nodes} x {p.run.local_size}",
+             f"{p.compute_ms:.0f}",
              f"{p.comm_ms:.0f}", f"{p.overlap:.2f}", f"{p.predicted_ms:.0f}", f"{p.run.step_ms:.0f}",
              f"{p.error:+.1%}") for p in sorted(predictions, key=lambda p: (p.run.nodes, p.run.backend))]
     lines = table(header, rows, "<<>>>>>>>")
