@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from pccl_torch.selection.heuristic import networked_choice
-from pccl_torch.sim import costs, step
+from pccl_torch.sim import costs, machine, step
 from pccl_torch.sim.cli import main
 from pccl_torch.sim.machine import MachineProfile
 
@@ -121,3 +121,30 @@ def test_harness_records_full_buffer_sizes(tmp_path, monkeypatch):
     finally:
         dist.destroy_process_group()
         sys.path.remove(str(REPO / "examples" / "gpt"))
+
+
+def test_frontier_logs_script_prices_the_papers_log_lines(tmp_path, capsys):
+    """scripts/frontier_logs.py on a slurm log in the PCCL artifact's format: RCCL as the vendor ring, the hybrid
+    prototype as hier:mpi, one-node points left out, the error of each against the Frontier profile."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import frontier_logs
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    folder = tmp_path / "all_gather_2"
+    folder.mkdir()
+    lines = []
+    for gcds, nccl_ms, hybrid_ms in [(8, 1.0, 1.0), (1024, 30.0, 7.0)]:
+        lines += ["output size = 64 MB",
+                  "Method = nccl", f"All-gather bus bw for {gcds} GPUs is 1.0 GBPS for message output size 67.1 MB",
+                  f"time = {nccl_ms} ms",
+                  "Method = hybrid", f"All-gather bus bw for {gcds} GPUs is 1.0 GBPS for message output size 67.1 MB",
+                  f"time = {hybrid_ms} ms"]
+    (folder / "slurm-1.out").write_text("\n".join(lines) + "\n")
+    assert frontier_logs.parse(folder / "slurm-1.out")[2:] == [("all_gather", "nccl", 1024, 64 << 20, 30.0),
+                                                               ("all_gather", "hybrid", 1024, 64 << 20, 7.0)]
+    assert frontier_logs.main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    profile = machine.load("frontier")
+    ring = 1e3 * costs.predict("all_gather", "vendor", 64 << 20, 128, 8, profile)
+    assert f"{abs(ring - 30.0) / 30.0:6.1%}" in out and "1 points" in out  # the one-node point is left out
