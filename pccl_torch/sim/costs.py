@@ -38,12 +38,18 @@ virtual blocks after a fold, a step is priced with the mean block, not the large
 An all-to-all step (rank r sends to r + k) is bounded by its slowest pair: when any pair crosses a node boundary
 the whole step is priced on the ``far`` link, its bytes times the contention of the ``c`` ranks of each node that
 cross at that step (``max(1, share * c / local)``, ``share`` being the contention when all ``local`` do), else on
-the ``near`` link.
+the ``near`` link. MPICH's pairwise reduce-scatter crosses node links the same way. MPI's own all-reduce is priced
+as MPICH runs it: halving from the nearest partner out (:func:`ar_rabenseifner_mpich`), and over several nodes of
+several ranks through one leader a node (:func:`ar_mpich_smp`).
+
+Facts of the machine, not fitted: ranks of one host sharing its cores (``host_cores``: the work in
+:data:`HOST_PARAMS` takes :func:`contention` times as long, and a pipelined chunk waits for the cores' work of
+every phase, :func:`pipelined_time`), and the vendor library (torch's gloo runs reduce-scatter as an all-reduce of
+a copy).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
