@@ -3,15 +3,12 @@ at one node count and held at the others; and the example harness recording the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
-import torch.distributed as dist
-
 from pccl_torch.selection.heuristic import networked_choice
 from pccl_torch.sim import costs, machine, step
 from pccl_torch.sim.cli import main
@@ -101,26 +98,29 @@ def test_cli(tmp_path, capsys):
     assert "not a training run's JSON" in capsys.readouterr().err
 
 
-def test_harness_records_full_buffer_sizes(tmp_path, monkeypatch):
-    """The example harness's torch.distributed timer records every call's full-buffer bytes (gloo, one rank)."""
-    sys.path.insert(0, str(REPO / "examples" / "gpt"))
-    import harness
+HARNESS_CALLS = """
+import json, sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import harness
+dist.init_process_group("gloo", store=dist.FileStore(sys.argv[2], 1), rank=0, world_size=1)
+with harness.DistTimer() as timer:
+    dist.all_reduce(torch.ones(10))
+    dist.all_gather_single(torch.empty(6), torch.ones(6))
+    dist.reduce_scatter_single(torch.empty(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    dist.all_reduce(tensor=torch.ones(10))  # by name, as DeepSpeed calls it
+print(json.dumps(harness._per_step(timer.sizes(), 2)))
+dist.destroy_process_group()
+"""
 
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        with harness.DistTimer() as timer:
-            x = torch.ones(10)
-            dist.all_reduce(x)
-            dist.all_gather_single(torch.empty(6), torch.ones(6))
-            dist.reduce_scatter_single(torch.empty(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
-            dist.all_reduce(tensor=torch.ones(10))  # by name, as DeepSpeed calls it
-        assert timer.sizes() == {("all_reduce", 40): 2, ("all_gather", 24): 1, ("reduce_scatter", 24): 1}
-        per_step = harness._per_step(timer.sizes(), 2)
-        assert per_step == {"all_gather": {"24": 0.5}, "all_reduce": {"40": 1.0}, "reduce_scatter": {"24": 0.5}}
-    finally:
-        dist.destroy_process_group()
-        sys.path.remove(str(REPO / "examples" / "gpt"))
+
+def test_harness_records_full_buffer_sizes(tmp_path):
+    """The example harness's torch.distributed timer records every call's full-buffer bytes (gloo, one rank; in
+    a process of its own, so no other test's wrapping of torch.distributed is in the way)."""
+    done = subprocess.run([sys.executable, "-c", HARNESS_CALLS, str(REPO / "examples" / "gpt"), str(tmp_path / "s")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    per_step = json.loads(done.stdout.strip().splitlines()[-1])
+    assert per_step == {"all_gather": {"24": 0.5}, "all_reduce": {"40": 1.0}, "reduce_scatter": {"24": 0.5}}
 
 
 def test_frontier_logs_script_prices_the_papers_log_lines(tmp_path, capsys):
