@@ -322,16 +322,25 @@ api api-n2-L2-nccl xfail-nccl 60 2 2 "" "$NCCL_ALL_NAMES" NCCL_DEBUG=WARN
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip pccl-bench-w1 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
     skip pccl-bench-w2 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+    skip pccl-bench-w2-host "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 elif ! "$PY" -m pccl_torch.bench.cli --help 2>/dev/null | grep -q -- '--device'; then
     gap="gap: pccl-bench has no --device option (pccl_torch/bench/cli.py:138 pc.init() without device; runner.py:68-72 CPU buffers), so the host-staging cost on CUDA is not measured"
     skip pccl-bench-w1 "$gap"
     skip pccl-bench-w2 "$gap"
+    skip pccl-bench-w2-host "$gap"
 else
-    run_section pccl-bench-w1 normal 60 pccl_bench.log -- "$PY" -m pccl_torch.bench.cli -np 1 --device cuda \
-        -b 1K -e 64M -f 4 --backends pccl,pccl:all --no-progress --json "$WORK/pccl-bench-w1.json"
-    run_section pccl-bench-w2 normal 60 pccl_bench.log -- "$PY" -m pccl_torch.bench.cli -np 2 --device cuda \
-        -b 1K -e 64M -f 4 --backends pccl,pccl:mpi,pccl:ring,pccl:hier-mpi:mpi --no-progress \
-        --json "$WORK/pccl-bench-w2.json"
+    # One rank (a singleton MPI world): pccl's every CUDA algorithm beside torch's NCCL.
+    run_section pccl-bench-w1 normal 60 pccl_bench.log -- "$PY" -m pccl_torch.bench.cli --device cuda \
+        -b 1K -e 64M -f 4 --iter-budget 256M --backends pccl,pccl:all,nccl --check --no-progress \
+        --json "$WORK/pccl-bench-w1.json"
+    # Two ranks on the one GPU (NCCL_HOSTID a rank), then the same sizes on host tensors: what host staging costs
+    # (issue 32: staged <= 1.3x the host time from 16 MiB).
+    run_section pccl-bench-w2 normal 120 pccl_bench.log -- "$MPIEXEC" -n 2 "${NCCL_TWO_HOSTS[@]}" \
+        "$PY" -m pccl_torch.bench.cli --device cuda -b 1K -e 64M -f 4 --iter-budget 256M \
+        --backends pccl,pccl:mpi,pccl:ring,nccl --check --no-progress --json "$WORK/pccl-bench-w2.json"
+    run_section pccl-bench-w2-host normal 90 pccl_bench.log -- "$MPIEXEC" -n 2 \
+        "$PY" -m pccl_torch.bench.cli -b 1K -e 64M -f 4 --iter-budget 256M \
+        --backends pccl,pccl:mpi,pccl:ring,mpi --check --no-progress --json "$WORK/pccl-bench-w2-host.json"
 fi
 
 # -- 5b. the mixture-of-experts GPT on CUDA (uneven all-to-alls through the pccl backend), 2 emulated nodes ----

@@ -1,6 +1,7 @@
 """What pccl-bench measures: pccl (one algorithm, every algorithm, or its own choice; exact, or with a
-compressed wire format: ``pccl+int8``, ``pccl:hier:mpi+bf16``) and the two baselines, torch.distributed
-gloo and the MPI library's native collective, each called directly."""
+compressed wire format: ``pccl+int8``, ``pccl:hier:mpi+bf16``) and the baselines, each called directly: on host
+tensors torch.distributed's gloo and the MPI library's native collective, on CUDA tensors torch.distributed's
+NCCL."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import pccl_torch as pc
 from pccl_torch import compression
 from pccl_torch.algorithms import COLLECTIVES
 
-BASELINES = ("gloo", "mpi")
+DEVICE_BASELINES: dict[str, tuple[str, ...]] = {"cpu": ("gloo", "mpi"), "cuda": ("nccl",)}
+"""The baselines each device's tensors run: gloo and MPI's own on host memory; NCCL on CUDA (the MPI baseline
+hands host buffers to mpi4py; pccl's CUDA communicator's torch.distributed world is NCCL)."""
+BASELINES = tuple(dict.fromkeys(b for names in DEVICE_BASELINES.values() for b in names))
+DEFAULT_BACKENDS = {"cpu": "pccl,gloo,mpi", "cuda": "pccl,nccl"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +43,11 @@ class Backend:
         return self.name == "pccl" and self.algorithm is None and self.compression is None
 
 
-def validate_backends(text: str, collectives: tuple[str, ...]) -> None:
-    """Fail before any launch if a backend is malformed or an algorithm exists for none of ``collectives``."""
+def validate_backends(text: str, collectives: tuple[str, ...], device: str = "cpu") -> None:
+    """Fail before any launch if a backend is malformed, a baseline does not run on ``device`` tensors or an
+    algorithm exists for none of ``collectives``."""
     for collective in collectives:
-        parse_backends(text, collective, skip_foreign=True)
+        parse_backends(text, collective, skip_foreign=True, device=device)
     for item in filter(None, (part.strip() for part in text.split(","))):
         item, _ = _split_compression(item)
         name, _, algorithm = item.partition(":")
@@ -81,6 +87,9 @@ def parse_backends(text: str, collective: str, *, skip_foreign: bool = False, de
             compression.get(fmt).check_dtype(dtype)
         name, _, algorithm = item.partition(":")
         if name in BASELINES and not algorithm:
+            if name not in DEVICE_BASELINES[device]:
+                raise ValueError(f"baseline {name!r} does not run on {device} tensors; there: "
+                                 f"{', '.join(DEVICE_BASELINES[device])}")
             backends.append(Backend(name))
         elif name == "pccl" and algorithm == "all":
             backends.extend(Backend("pccl", a, fmt) for a in pc.algorithms(collective, device))
@@ -93,7 +102,7 @@ def parse_backends(text: str, collective: str, *, skip_foreign: bool = False, de
             backends.append(Backend("pccl", algorithm or None, fmt))
         else:
             raise ValueError(f"unknown backend {item!r}: expected pccl, pccl:<algorithm>, pccl:all (each optionally "
-                             f"+<format>: {', '.join(compression.NAMES)}), gloo or mpi")
+                             f"+<format>: {', '.join(compression.NAMES)}), {', '.join(BASELINES)}")
     seen: dict[str, Backend] = {b.label: b for b in backends}  # drop repeats, keep order
     return list(seen.values())
 
@@ -105,7 +114,7 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
     For all-reduce, ``output`` is the buffer (reduced in place) and ``inp`` is ignored; for all-to-all, both
     hold one block per rank, equal blocks (``all_to_all_single`` without split sizes). The baselines
     call the libraries directly (torch.distributed on the world group, mpi4py on a world communicator),
-    bypassing pccl's dispatch. The MPI baseline is the blocking call a user makes (``comm.Allreduce``, where
+    bypassing pccl's dispatch (``nccl``: the world group of pccl's CUDA communicator). The MPI baseline is the blocking call a user makes (``comm.Allreduce``, where
     MPICH's ``MPIR_CVAR_*_COMPOSITION`` settings apply), for the dtypes MPI reduces (an all-to-all reduces
     nothing: every dtype, as bytes); others go through pccl's MPI transport (non-blocking, host-typed).
     """
@@ -120,7 +129,7 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
         return lambda: pc.all_reduce(output, algorithm=algo, comm=comm, compression=wire)
     if backend.name == "mpi" and (output.dtype in _NUMPY_REDUCIBLE or collective == "all_to_all"):
         return _blocking_mpi_call(collective, comm.world.comm, output, inp)
-    library = comm.vendor if backend.name == "gloo" else comm.world
+    library = comm.world if backend.name == "mpi" else comm.vendor
     if collective == "all_gather":
         return lambda: library.native_all_gather(output, inp)
     if collective == "reduce_scatter":

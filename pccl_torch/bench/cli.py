@@ -47,8 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="element type (default float32)")
     p.add_argument("-w", "--warmup", type=int, default=3, help="warm-up iterations per size and backend")
     p.add_argument("-n", "--iters", type=int, default=10, help="timed iterations per size and backend")
-    p.add_argument("--backends", default="pccl,gloo,mpi",
-                   help="comma list of pccl (auto), pccl:<algorithm>, pccl:all, gloo, mpi")
+    p.add_argument("--backends", help="comma list of pccl (auto), pccl:<algorithm>, pccl:all, gloo, mpi (host "
+                                      "tensors), nccl (CUDA) (default: pccl,gloo,mpi; with --device cuda pccl,nccl)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the buffers live: cuda puts each rank on its GPU (local rank modulo the GPUs) "
+                        "beside torch's NCCL")
     p.add_argument("--compression", default="", metavar="FORMATS",
                    help="also time pccl's own choice with each of these wire formats (comma list of "
                         "bf16, int8, fp8, lossless): columns pccl+<format>, with vs-exact")
@@ -122,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Launch the ranks (``-np``), or time the collectives on this launch's ranks; exit status 1 on a wrong result."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device here (torch.cuda.is_available() is False); "
+                         "run on host tensors without --device")
     if args.nprocs and not inside_mpi_launch():
         return relaunch(args, argv)
     if args.testbed and not inside_mpi_launch():
@@ -129,20 +135,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     import pccl_torch as pc
     from pccl_torch.bench import report
-    from pccl_torch.bench.backends import validate_backends
+    from pccl_torch.bench.backends import DEFAULT_BACKENDS, validate_backends
     from pccl_torch.bench.runner import Settings, measure
 
     settings = Settings(
         collectives=tuple(c.strip() for c in args.collectives.split(",") if c.strip()),
         sizes=tuple(size_range(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)),
         dtype=getattr(torch, args.dtype), warmup=args.warmup, iters=args.iters,
-        backends=",".join([args.backends] + [f"pccl+{f.strip()}" for f in args.compression.split(",") if f.strip()]),
+        backends=",".join([args.backends or DEFAULT_BACKENDS[args.device]]
+                          + [f"pccl+{f.strip()}" for f in args.compression.split(",") if f.strip()]),
         check=args.check,
         iter_budget=parse_size(args.iter_budget) if args.iter_budget else None,
         confirm=args.confirm,
+        device=args.device,
     )
-    validate_backends(settings.backends, settings.collectives)
-    comm = pc.init(local_size=args.local_size)
+    validate_backends(settings.backends, settings.collectives, args.device)
+    comm = pc.init(local_size=args.local_size, device=args.device if args.device == "cuda" else None)
     try:
         rows = measure(comm, settings, progress=not args.no_progress)
     finally:

@@ -37,6 +37,8 @@ class Settings:
     """Bytes per size and backend: above ``iter_budget / iters`` bytes, fewer iterations (see ``counts``)."""
     confirm: int = 0
     """Iterations of the head-to-head re-timing of auto against the fastest fixed algorithms (0: none)."""
+    device: str = "cpu"
+    """Where the buffers live: ``cpu`` or ``cuda`` (each call then timed to its device's completion)."""
 
     def counts(self, nbytes: int) -> tuple[int, int]:
         """(warm-up, timed) iterations at ``nbytes``: ``warmup`` and ``iters``; with ``iter_budget``, at most
@@ -67,17 +69,19 @@ class _Buffers:
     """Input and output of one (collective, size), reused by every backend. ``total`` elements: the full
     buffer; for all-to-all one rank's send buffer (= its receive buffer), ``ranks`` blocks."""
 
-    def __init__(self, collective: str, total: int, ranks: int, dtype: torch.dtype) -> None:
+    def __init__(self, collective: str, total: int, ranks: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu") -> None:
         self.collective = collective
         block = total // ranks
+        on = {"dtype": dtype, "device": device}
         if collective == "all_gather":
-            self.inp, self.out = torch.ones(block, dtype=dtype), torch.empty(total, dtype=dtype)
+            self.inp, self.out = torch.ones(block, **on), torch.empty(total, **on)
         elif collective == "reduce_scatter":
-            self.inp, self.out = torch.ones(total, dtype=dtype), torch.empty(block, dtype=dtype)
+            self.inp, self.out = torch.ones(total, **on), torch.empty(block, **on)
         elif collective == "all_to_all":
-            self.inp, self.out = torch.ones(total, dtype=dtype), torch.empty(total, dtype=dtype)
+            self.inp, self.out = torch.ones(total, **on), torch.empty(total, **on)
         else:
-            self.inp, self.out = torch.empty(0, dtype=dtype), torch.ones(total, dtype=dtype)
+            self.inp, self.out = torch.empty(0, **on), torch.ones(total, **on)
 
     def reset(self) -> None:
         """All-reduce works in place: restart from ones so values stay finite."""
@@ -129,11 +133,12 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
         bufs.out.copy_(pattern(bufs.out.numel(), rank))
         expected = sum(pattern(bufs.out.numel(), r).double() for r in range(ranks)).to(dtype)
     call()
+    got = bufs.out.cpu()  # the expected values are built on the host
     if fmt is None or collective in ("all_gather", "all_to_all"):
-        wrong = int((bufs.out != expected).sum())
+        wrong = int((got != expected).sum())
     else:  # each contribution (< modulus) and an all-reduce's re-encoded sum (< modulus * ranks) within the bound
         bound = 2 * fmt.max_error * modulus * ranks
-        wrong = int(((bufs.out.double() - expected.double()).abs() > bound).sum())
+        wrong = int(((got.double() - expected.double()).abs() > bound).sum())
     bufs.inp.fill_(1)
     bufs.out.fill_(1)
     return wrong
@@ -165,10 +170,11 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 bar.update()
             continue
         nbytes = total * element
-        bufs = _Buffers(collective, total, ranks, settings.dtype)
+        bufs = _Buffers(collective, total, ranks, settings.dtype, comm.device)
         backends: list[Backend] = parse_backends(settings.backends, collective, skip_foreign=True,
                                                  device=comm.device.type, dtype=settings.dtype)
-        calls = [make_call(b, collective, comm, bufs.out, bufs.inp) for b in backends]
+        calls = [_completed(make_call(b, collective, comm, bufs.out, bufs.inp), comm.device)
+                 for b in backends]
         warmup, iters = settings.counts(nbytes)
         # A new order every iteration (the same on every rank: collectives must be issued in the same
         # order everywhere), so that no backend always follows the same one: on an oversubscribed machine
@@ -207,6 +213,20 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
         bar.close()
     add_ratios(rows)
     return rows
+
+
+def _completed(call: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    """``call`` that returns once its work is done on ``device``: NCCL's calls (and pccl's on CUDA streams) return
+    when queued, so a CUDA call is followed by a device synchronise; a host call is itself."""
+    if device.type != "cuda":
+        return call
+    synchronize = torch.cuda.synchronize
+
+    def completed() -> None:
+        call()
+        synchronize(device)
+
+    return completed
 
 
 def _time_interleaved(calls: list[Callable[[], None]], warmup: int, iters: int, bufs: _Buffers,

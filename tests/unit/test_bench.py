@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from pccl_torch import compression
-from pccl_torch.bench.backends import Backend, parse_backends, validate_backends
+from pccl_torch.bench.backends import DEFAULT_BACKENDS, Backend, parse_backends, validate_backends
 from pccl_torch.bench.cli import build_parser
+from pccl_torch.bench.cli import main as bench_main
 from pccl_torch.bench.report import JSON_FIELDS, format_table, plot, write_json
-from pccl_torch.bench.runner import _Buffers, _count_wrong, a2a_block, add_ratios, bus_factor
+from pccl_torch.bench.runner import _Buffers, _completed, _count_wrong, a2a_block, add_ratios, bus_factor
 from pccl_torch.plan import names_for
 from pccl_torch.units import format_size, parse_size, size_range
 
@@ -36,11 +37,36 @@ def test_backend_lists() -> None:
     with pytest.raises(ValueError, match="valid: "):
         parse_backends("pccl:bruck", "reduce_scatter")
     with pytest.raises(ValueError, match="unknown backend"):
-        parse_backends("nccl", "all_reduce")
+        parse_backends("rccl", "all_reduce")
     assert parse_backends("pccl:bruck,mpi", "all_reduce", skip_foreign=True) == [Backend("mpi")]
     validate_backends("pccl:bruck,gloo", ("all_gather", "all_reduce"))
     with pytest.raises(ValueError, match="exists for none of all_reduce"):
         validate_backends("pccl:bruck", ("all_reduce",))
+
+
+def test_baselines_follow_the_device() -> None:
+    """Host tensors: gloo and MPI's own; CUDA tensors: NCCL (MPI's baseline hands host buffers to mpi4py)."""
+    assert parse_backends("pccl,nccl", "all_reduce", device="cuda") == [Backend("pccl"), Backend("nccl")]
+    with pytest.raises(ValueError, match="baseline 'nccl' does not run on cpu tensors; there: gloo, mpi"):
+        parse_backends("pccl,nccl", "all_reduce")
+    with pytest.raises(ValueError, match="baseline 'mpi' does not run on cuda tensors; there: nccl"):
+        validate_backends("pccl,mpi", ("all_gather",), "cuda")
+    assert DEFAULT_BACKENDS == {"cpu": "pccl,gloo,mpi", "cuda": "pccl,nccl"}
+
+
+def test_cuda_without_a_gpu_is_a_usage_error(capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert bench_main(["--device", "cuda", "-np", "2", "-b", "1K", "-e", "1K"]) == 2
+    assert "--device cuda: no CUDA device here" in capsys.readouterr().err
+
+
+def test_buffers_and_completion_on_the_host() -> None:
+    bufs = _Buffers("all_gather", 8, 2, torch.float32, "cpu")
+    assert (bufs.inp.device.type, bufs.inp.numel(), bufs.out.numel()) == ("cpu", 4, 8)
+    calls = []
+    call = calls.append
+    assert _completed(call, torch.device("cpu")) is call  # host calls are complete when they return
 
 
 def test_compressed_backends() -> None:
