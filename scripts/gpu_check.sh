@@ -4,7 +4,7 @@
 # the `pccl` torch.distributed backend ("cpu:gloo,cuda:pccl") with DDP / FSDP2 steps against CPU gloo, and
 # pccl-bench on CUDA when it has a device option. Writes under $OUT (default out/gpu_check):
 #   summary.json, summary.txt      every section: pass / fail / skip / xfail, a reason, its figures
-#   env.log kernels.log bench.log api.log backend.log [pccl_bench.log]   the sections' output (capped)
+#   env.log kernels.log bench.log api.log backend.log (the training runs too) pccl_bench.log: the sections' output (capped)
 # (7-8 files: the device tool brings back at most 8 from $OUT.)
 #
 # Run it with the device tool (one call; the machine has no network):
@@ -343,11 +343,28 @@ else
         --backends pccl,pccl:mpi,pccl:ring,mpi --check --no-progress --json "$WORK/pccl-bench-w2-host.json"
 fi
 
+# -- 5a. the GPT examples on CUDA: DDP, FSDP2, DeepSpeed ZeRO-3, each with torch's NCCL and with pccl ---------
+# Two ranks on the one GPU (NCCL_HOSTID a rank); the same seed, so the losses of the two backends should agree
+# (compare gpt-cuda-*.json: summary.final_train_loss, summary.step_ms).
+for fw in ddp fsdp deepspeed; do
+    for comm in nccl pccl; do
+        if [ -n "$NO_GPU$NO_MPI" ]; then
+            skip "gpt-cuda-$fw-$comm" "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+            continue
+        fi
+        flag=--comm
+        [ "$fw" = deepspeed ] && flag=--comm_backend
+        run_section "gpt-cuda-$fw-$comm" normal 60 backend.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=1 \
+            DS_ACCELERATOR=cuda "${NCCL_TWO_HOSTS[@]}" "$PY" "examples/gpt/train_$fw.py" --device cuda "$flag" "$comm" \
+            --steps 12 --log-every 4 --json "$WORK/gpt-cuda-$fw-$comm.json"
+    done
+done
+
 # -- 5b. the mixture-of-experts GPT on CUDA (uneven all-to-alls through the pccl backend), 2 emulated nodes ----
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip moe-cuda "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 else
-    run_section moe-cuda normal 90 moe.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=1 PCCL_ALGO="$FLAT_AUTO" \
+    run_section moe-cuda normal 90 backend.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=1 PCCL_ALGO="$FLAT_AUTO" \
         "${NCCL_TWO_HOSTS[@]}" "$PY" examples/gpt/train_moe.py --comm pccl --device cuda --steps 4 \
         --json "$WORK/moe-cuda.json"
 fi

@@ -61,11 +61,11 @@ def mpiexec() -> str:
     return found
 
 
-def environment(local_size: int) -> dict[str, str]:
+def environment(local_size: int, device: str = "cpu") -> dict[str, str]:
     env = dict(os.environ)
     env["PCCL_LOCAL_SIZE"] = str(local_size)
     env.setdefault("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions"))  # DeepSpeed's build, kept
-    env.setdefault("DS_ACCELERATOR", "cpu")
+    env.setdefault("DS_ACCELERATOR", device)
     env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     env.pop("PCCL_ALGO", None)
     return env
@@ -85,8 +85,9 @@ def run(framework: str, comm: str, args: argparse.Namespace, testbed: testbed_ne
     steps = args.steps or script.steps
     program = [sys.executable, str(HERE / script.file), script.comm_flag, "pccl" if comm == COMPRESSED else comm,
                "--steps", str(steps), "--log-every", str(max(1, steps // 4)), "--json", str(out_json),
-               *args.model, *(["--compression", args.compression] if comm == COMPRESSED else [])]
-    env = environment(args.local_size)
+               "--device", args.device, *args.model,
+               *(["--compression", args.compression] if comm == COMPRESSED else [])]
+    env = environment(args.local_size, args.device)
     if testbed is None:
         command = [mpiexec(), "-n", str(args.ranks), *program]
     else:
@@ -126,6 +127,9 @@ def main() -> None:
                         help="run across testbed namespaces (root), once per link rate (comma list: 1gbit,200mbit)")
     parser.add_argument("--n-layer", type=int, help="model layers (the scripts' default otherwise)")
     parser.add_argument("--n-embd", type=int, help="model width (the scripts' default otherwise)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="train on host tensors, or each rank on its GPU (local rank modulo the GPUs); with "
+                             "cuda, --comms nccl,pccl puts torch's NCCL beside pccl")
     args = parser.parse_args()
     frameworks, comms = args.frameworks.split(","), args.comms.split(",")
     if unknown := set(frameworks) - set(SCRIPTS):

@@ -74,6 +74,9 @@ def build_parser(description: str | None) -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="model init and data order (same for every backend)")
     train.add_argument("--eval-batches", type=int, default=8, help="validation batches per rank at the end")
     train.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    train.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="where the model trains: cuda puts each rank on its node's GPU number local rank modulo "
+                            "the GPUs there (several ranks share one GPU where there are fewer)")
     train.add_argument("--compression", default="",
                        help="pccl wire formats between nodes, as PCCL_COMPRESSION: 'bf16', or "
                             "'all_gather:int8,reduce_scatter:bf16' (default: exact)")
@@ -98,11 +101,35 @@ def setup(args: argparse.Namespace) -> None:
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
 
 
-def build_model(args: argparse.Namespace) -> GPT:
-    """The GPT of ``args``, initialised identically on every rank and for every backend."""
+def select_device(name: str) -> torch.device:
+    """``cpu``, or the CUDA device of this rank on its node (local rank modulo the devices there), made current."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
+    local_rank = int(os.environ.get("LOCAL_RANK", launch_rank()))
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def process_group_backend(comm: str, device: torch.device) -> str:
+    """The torch.distributed backend string of ``--comm`` (``pccl``, ``gloo``, ``nccl``) for a model on ``device``:
+    on CUDA, pccl and NCCL take the CUDA tensors and gloo the host ones."""
+    if device.type == "cuda":
+        return {"pccl": "cpu:gloo,cuda:pccl", "gloo": "gloo", "nccl": "cpu:gloo,cuda:nccl"}[comm]
+    if comm == "nccl":
+        raise SystemExit("--comm nccl needs --device cuda")
+    return comm
+
+
+def build_model(args: argparse.Namespace, device: torch.device | None = None) -> GPT:
+    """The GPT of ``args`` on ``device`` (default: the host), initialised identically on every rank and for every
+    backend."""
     torch.manual_seed(args.seed)
-    return GPT(GPTConfig(vocab_size=VOCAB_SIZE, block_size=args.block_size, n_layer=args.n_layer,
-                         n_head=args.n_head, n_embd=args.n_embd))
+    model = GPT(GPTConfig(vocab_size=VOCAB_SIZE, block_size=args.block_size, n_layer=args.n_layer,
+                          n_head=args.n_head, n_embd=args.n_embd))
+    return model.to(device) if device is not None else model
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], args: argparse.Namespace) -> torch.optim.Optimizer:
@@ -221,10 +248,14 @@ class DistTimer:
         self._saved.clear()
 
 
-def sgd_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Callable[[torch.Tensor, torch.Tensor], float]:
-    """One training step of a torch-wrapped model (DDP, FSDP2): forward, backward, update; the loss."""
+def sgd_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             device: torch.device | None = None) -> Callable[[torch.Tensor, torch.Tensor], float]:
+    """One training step of a torch-wrapped model (DDP, FSDP2) on batches moved to ``device``: forward, backward,
+    update; the loss."""
 
     def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        if device is not None:
+            x, y = x.to(device), y.to(device)
         _, loss = module(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

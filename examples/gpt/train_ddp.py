@@ -8,6 +8,10 @@
 --comm gloo       plain gloo (through torch's stock all-reduce hook, so its all-reduces can be timed)
 --comm gloo-bf16  gloo with torch's ``bf16_compress_hook`` (the bucket cast to bfloat16 and summed in
                   bfloat16): the stock counterpart of ``--comm pccl-hook --compression all_reduce:bf16``
+--comm nccl       torch's NCCL (``--device cuda`` only), the baseline a GPU user has
+
+``--device cuda`` trains on each rank's GPU; the ``pccl`` group then takes the CUDA gradients
+(``cpu:gloo,cuda:pccl``).
 """
 
 from __future__ import annotations
@@ -21,21 +25,23 @@ import harness
 import pccl_torch as pc
 from pccl_torch.integrations.ddp import allreduce_hook
 
-COMMS = ("pccl", "pccl-hook", "gloo", "gloo-bf16")
+COMMS = ("pccl", "pccl-hook", "gloo", "gloo-bf16", "nccl")
 
 
-def wrap(model: torch.nn.Module, comm: str) -> DDP:
-    """Initialise torch.distributed for ``comm`` and wrap ``model`` in DDP reducing through it."""
-    if comm == "pccl":
-        pc.init_process_group("pccl")  # rank, world size and address from MPI
-        return DDP(model)
+def wrap(model: torch.nn.Module, comm: str, device: torch.device) -> DDP:
+    """Initialise torch.distributed for ``comm`` and wrap ``model`` (on ``device``) in DDP reducing through it."""
+    ids = [device.index] if device.type == "cuda" else None
+    if comm in ("pccl", "nccl"):
+        # rank, world size and address from MPI
+        pc.init_process_group(harness.process_group_backend(comm, device))
+        return DDP(model, device_ids=ids)
     if comm == "pccl-hook":
-        pc.init()  # gloo default group plus pccl's communicator
-        ddp = DDP(model)
+        pc.init(device=device if device.type == "cuda" else None)  # gloo default group plus pccl's communicator
+        ddp = DDP(model, device_ids=ids)
         ddp.register_comm_hook(None, allreduce_hook)
         return ddp
     pc.init_process_group("gloo")
-    ddp = DDP(model)
+    ddp = DDP(model, device_ids=ids)
     hook = default_hooks.bf16_compress_hook if comm == "gloo-bf16" else default_hooks.allreduce_hook
     ddp.register_comm_hook(dist.group.WORLD, hook)
     return ddp
@@ -47,15 +53,16 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     parser.add_argument("--comm", choices=COMMS, default="pccl")
     args = parser.parse_args(argv)
     harness.setup(args)
+    device = harness.select_device(args.device)
 
-    model = harness.build_model(args)
-    ddp = wrap(model, args.comm)
+    model = harness.build_model(args, device)
+    ddp = wrap(model, args.comm, device)
     optimizer = harness.make_optimizer(ddp.parameters(), args)
 
-    step = harness.sgd_step(ddp, optimizer)
+    step = harness.sgd_step(ddp, optimizer, device)
 
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> float:
-        return model(x, y)[1].item()  # the unwrapped module: no collectives
+        return model(x.to(device), y.to(device))[1].item()  # the unwrapped module: no collectives
 
     with harness.comm_meter(args.comm.startswith("pccl")) as meter:
         result = harness.train(args, step, evaluate, meter, framework="ddp", comm=args.comm,

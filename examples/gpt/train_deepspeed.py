@@ -6,12 +6,15 @@
 DeepSpeed finds rank, world size and the rendezvous address from MPI. The configs live in
 ``configs/deepspeed/zero{1,2,3}.json``; ``--batch-size`` sets their micro-batch per rank. The optimizer is
 a torch AdamW (``zero_force_ds_cpu_optimizer: false``), so nothing is compiled but DeepSpeed's CPU
-communication extension (cache it with ``TORCH_EXTENSIONS_DIR``).
+communication extension (cache it with ``TORCH_EXTENSIONS_DIR``). ``--device cuda`` trains on each rank's
+GPU (DeepSpeed's CUDA accelerator: leave ``DS_ACCELERATOR`` unset or ``cuda``); the CPU runs set
+``DS_ACCELERATOR=cpu``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,12 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     which.add_argument("--ds-config", type=Path, help="a DeepSpeed config file instead")
     args = parser.parse_args(argv)
     harness.setup(args)
+    expected = "cuda" if args.device == "cuda" else "cpu"
+    accelerator = os.environ.get("DS_ACCELERATOR", expected)
+    if accelerator != expected:
+        raise SystemExit(f"--device {args.device} with DS_ACCELERATOR={accelerator}: DeepSpeed would place the model "
+                         f"on {accelerator}; set DS_ACCELERATOR={expected}")
+    device = harness.select_device(args.device)
 
     deepspeed.init_distributed(dist_backend=args.comm_backend)
     config = load_config(args.ds_config or CONFIGS / f"zero{args.zero_stage}.json", args.batch_size)
@@ -54,13 +63,13 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
                                            config=config)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> float:
-        _, loss = engine(x, y)
+        _, loss = engine(x.to(device), y.to(device))
         engine.backward(loss)
         engine.step()
         return loss.item()
 
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> float:
-        return engine(x, y)[1].item()
+        return engine(x.to(device), y.to(device))[1].item()
 
     with harness.comm_meter(args.comm_backend == "pccl") as meter:
         result = harness.train(args, step, evaluate, meter, framework=f"deepspeed-zero{stage}",

@@ -6,7 +6,8 @@ all-gathers and gradient reduce-scatters through pccl or gloo.
 
 With ``--comm pccl``, FSDP keeps its gloo group for everything else (DTensor ops, state dicts);
 ``pccl_torch.integrations.fsdp.fully_shard(..., comm="pccl")`` sets FSDP's custom all-gather and
-reduce-scatter on every sharded module.
+reduce-scatter on every sharded module. ``--device cuda`` trains on each rank's GPU (``--comm nccl``: FSDP on
+torch's NCCL, the baseline a GPU user has).
 """
 
 from __future__ import annotations
@@ -19,16 +20,16 @@ import harness
 import pccl_torch as pc
 from pccl_torch.integrations.fsdp import fully_shard
 
-COMMS = ("pccl", "gloo")
+COMMS = ("pccl", "gloo", "nccl")
 
 
-def shard(model: torch.nn.Module, comm: str) -> None:
-    """Initialise torch.distributed for ``comm`` and shard ``model``: each block, then the rest."""
+def shard(model: torch.nn.Module, comm: str, device: torch.device) -> None:
+    """Initialise torch.distributed for ``comm`` and shard ``model`` (on ``device``): each block, then the rest."""
     if comm == "pccl":
-        pc.init()  # gloo default group plus pccl's communicator
-    else:
-        pc.init_process_group("gloo")  # rank, world size and address from MPI
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        pc.init(device=device if device.type == "cuda" else None)  # gloo default group plus pccl's communicator
+    else:  # rank, world size and address from MPI
+        pc.init_process_group(harness.process_group_backend(comm, device))
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     fsdp_comm = "pccl" if comm == "pccl" else "default"
     for block in model.blocks:
         fully_shard(block, mesh=mesh, comm=fsdp_comm)
@@ -41,16 +42,17 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     parser.add_argument("--comm", choices=COMMS, default="pccl")
     args = parser.parse_args(argv)
     harness.setup(args)
+    device = harness.select_device(args.device)
 
-    model = harness.build_model(args)
+    model = harness.build_model(args, device)
     params = model.num_params()  # before sharding: afterwards each rank holds a shard
-    shard(model, args.comm)
+    shard(model, args.comm, device)
     optimizer = harness.make_optimizer(model.parameters(), args)
 
-    step = harness.sgd_step(model, optimizer)
+    step = harness.sgd_step(model, optimizer, device)
 
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> float:
-        return model(x, y)[1].item()
+        return model(x.to(device), y.to(device))[1].item()
 
     with harness.comm_meter(args.comm == "pccl") as meter:
         result = harness.train(args, step, evaluate, meter, framework="fsdp2", comm=args.comm, params=params)

@@ -35,27 +35,6 @@ from moe import aux_loss, split_parameters
 COMMS = ("pccl", "gloo", "nccl")
 
 
-def backend_for(comm: str, device: torch.device) -> str:
-    """The torch.distributed backend string of ``--comm`` on ``device``."""
-    if device.type == "cuda":
-        return {"pccl": "cpu:gloo,cuda:pccl", "gloo": "gloo", "nccl": "cpu:gloo,cuda:nccl"}[comm]
-    if comm == "nccl":
-        raise SystemExit("--comm nccl needs --device cuda")
-    return comm
-
-
-def select_device(name: str) -> torch.device:
-    """``cpu``, or the CUDA device of this rank on its node (local rank modulo the devices there)."""
-    if name == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise SystemExit("--device cuda: no CUDA device here (torch.cuda.is_available() is False)")
-    local_rank = int(os.environ.get("LOCAL_RANK", harness.launch_rank()))
-    device = torch.device("cuda", local_rank % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    return device
-
-
 def build_moe_model(args: argparse.Namespace, device: torch.device) -> GPT:
     """The MoE GPT of ``args`` (after ``init_process_group``: each rank keeps its share of the experts),
     initialised identically on every rank and for every backend."""
@@ -80,18 +59,17 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     """Train with the command-line arguments ``argv``; returns the run's record (every rank)."""
     parser = harness.build_parser(__doc__)
     parser.add_argument("--comm", "--backend", dest="comm", choices=COMMS, default="pccl")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--moe-experts", type=int, default=0,
                         help="experts a layer, a multiple of the ranks (default: 2 a rank)")
     parser.add_argument("--aux-loss-coef", type=float, default=0.01,
                         help="weight of the load-balancing loss (trained on, not reported)")
     args = parser.parse_args(argv)
     harness.setup(args)
-    device = select_device(args.device)
+    device = harness.select_device(args.device)
     if os.environ.get("RANK"):  # torchrun (or another launcher that sets torch's variables)
-        dist.init_process_group(backend_for(args.comm, device))
+        dist.init_process_group(harness.process_group_backend(args.comm, device))
     else:  # mpiexec, or one process: rank, world size and address from MPI
-        pc.init_process_group(backend_for(args.comm, device))
+        pc.init_process_group(harness.process_group_backend(args.comm, device))
 
     model = build_moe_model(args, device)
     replicated, experts = split_parameters(model)
