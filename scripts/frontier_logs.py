@@ -33,7 +33,7 @@ GCDS_PER_NODE = 8
 
 def parse(log: Path) -> list[tuple[str, str, int, int, float]]:
     """(collective, method, gcds, bytes, ms) of every timed line of one slurm log."""
-    collective = "all_gather" if "all_gather" in str(log.parent.name) else "reduce_scatter"
+    collective = "all_gather" if "all_gather" in log.parent.name else "reduce_scatter"
     out, size, method, gcds = [], None, None, None
     for line in log.read_text(errors="replace").splitlines():
         line = line.strip()

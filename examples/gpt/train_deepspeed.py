@@ -47,11 +47,10 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     which.add_argument("--ds-config", type=Path, help="a DeepSpeed config file instead")
     args = parser.parse_args(argv)
     harness.setup(args)
-    expected = "cuda" if args.device == "cuda" else "cpu"
-    accelerator = os.environ.get("DS_ACCELERATOR", expected)
-    if accelerator != expected:
+    accelerator = os.environ.get("DS_ACCELERATOR", args.device)  # DeepSpeed's accelerator names are the devices'
+    if accelerator != args.device:
         raise SystemExit(f"--device {args.device} with DS_ACCELERATOR={accelerator}: DeepSpeed would place the model "
-                         f"on {accelerator}; set DS_ACCELERATOR={expected}")
+                         f"on {accelerator}; set DS_ACCELERATOR={args.device}")
     device = harness.select_device(args.device)
 
     deepspeed.init_distributed(dist_backend=args.comm_backend)

@@ -114,7 +114,8 @@ def make_call(backend: Backend, collective: str, comm: pc.Communicator,
     For all-reduce, ``output`` is the buffer (reduced in place) and ``inp`` is ignored; for all-to-all, both
     hold one block per rank, equal blocks (``all_to_all_single`` without split sizes). The baselines
     call the libraries directly (torch.distributed on the world group, mpi4py on a world communicator),
-    bypassing pccl's dispatch (``nccl``: the world group of pccl's CUDA communicator). The MPI baseline is the blocking call a user makes (``comm.Allreduce``, where
+    bypassing pccl's dispatch (``nccl``: the world group of pccl's CUDA communicator). The MPI baseline is the
+    blocking call a user makes (``comm.Allreduce``, where
     MPICH's ``MPIR_CVAR_*_COMPOSITION`` settings apply), for the dtypes MPI reduces (an all-to-all reduces
     nothing: every dtype, as bytes); others go through pccl's MPI transport (non-blocking, host-typed).
     """

@@ -147,7 +147,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         check=args.check,
         iter_budget=parse_size(args.iter_budget) if args.iter_budget else None,
         confirm=args.confirm,
-        device=args.device,
     )
     validate_backends(settings.backends, settings.collectives, args.device)
     comm = pc.init(local_size=args.local_size, device=args.device if args.device == "cuda" else None)

@@ -37,8 +37,6 @@ class Settings:
     """Bytes per size and backend: above ``iter_budget / iters`` bytes, fewer iterations (see ``counts``)."""
     confirm: int = 0
     """Iterations of the head-to-head re-timing of auto against the fastest fixed algorithms (0: none)."""
-    device: str = "cpu"
-    """Where the buffers live: ``cpu`` or ``cuda`` (each call then timed to its device's completion)."""
 
     def counts(self, nbytes: int) -> tuple[int, int]:
         """(warm-up, timed) iterations at ``nbytes``: ``warmup`` and ``iters``; with ``iter_budget``, at most

@@ -513,6 +513,13 @@ def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size
                                                  vendor_library)).contended(factor)
 
 
+def profile_terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
+                  profile: MachineProfile) -> Terms:
+    """:func:`terms` on ``profile``'s machine: its NICs a node, shared cores and vendor library."""
+    return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node,
+                 host_cores=profile.host_cores, vendor_library=profile.vendor_library)
+
+
 def _schedule(collective: Collective, algorithm: str, nbytes: float, nodes: int, local_size: int,
               nics_per_node: int, vendor_library: str) -> Terms:
     """The uncontended cost of ``algorithm``'s schedule, without the per-call overhead."""
@@ -573,8 +580,7 @@ def predict(collective: str, algorithm: str, nbytes: float, nodes: int, local_si
     if algorithm.endswith(":" + PIPELINED):
         chunks = best_chunks(collective, int(nbytes), nodes, local_size, profile)
         return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
-    return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node,
-                 host_cores=profile.host_cores, vendor_library=profile.vendor_library).time(profile)
+    return profile_terms(collective, algorithm, nbytes, nodes, local_size, profile).time(profile)
 
 
 def best(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,

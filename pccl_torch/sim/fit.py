@@ -24,8 +24,8 @@ import numpy as np
 from scipy.optimize import nnls
 
 from pccl_torch.plan import PIPELINED
-from pccl_torch.sim.costs import Terms, terms
-from pccl_torch.sim.machine import PARAMS, MachineProfile
+from pccl_torch.sim.costs import Terms, profile_terms
+from pccl_torch.sim.machine import PARAMS, TOPOLOGY_KEYS, MachineProfile
 
 BASELINES = {"gloo": "vendor", "nccl": "vendor", "rccl": "vendor", "mpi": "mpi"}
 """pccl-bench baseline backends and the pccl algorithm each one is modelled as."""
@@ -124,12 +124,12 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
         raise ValueError("no usable rows: fit needs pccl-bench rows of backend 'pccl', "
                          f"{', '.join(repr(b) for b in BASELINES)} without wrong results")
     ranks_per_node = Counter(s.local_size for s in data).most_common(1)[0][0]
-    shape = MachineProfile(
-        name=name, ranks_per_node=ranks_per_node,
-        nics_per_node=nics_per_node or (base.nics_per_node if base else ranks_per_node),
-        host_cores=host_cores if host_cores is not None else (base.host_cores if base else 0),
-        vendor_library=vendor_library or (base.vendor_library if base else "nccl"),
-        **{p: 0.0 for p in PARAMS})
+    topology = {key: getattr(base, key) for key in TOPOLOGY_KEYS} if base else {}
+    topology.update((key, value) for key, value in (("host_cores", host_cores), ("vendor_library", vendor_library))
+                    if value is not None)
+    shape = MachineProfile(name=name, ranks_per_node=ranks_per_node,
+                           nics_per_node=nics_per_node or (base.nics_per_node if base else ranks_per_node),
+                           **topology, **{p: 0.0 for p in PARAMS})
     design = np.array([_terms(s, shape).vector() for s in data])
     columns = list(PARAMS)
     tied, into = TIED
@@ -161,8 +161,7 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
 
 
 def _terms(s: Sample, profile: MachineProfile) -> Terms:
-    return terms(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, profile.nics_per_node,
-                 host_cores=profile.host_cores, vendor_library=profile.vendor_library)
+    return profile_terms(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, profile)
 
 
 def report(data: list[Sample], profile: MachineProfile, fitted: tuple[str, ...] = PARAMS,

@@ -32,8 +32,9 @@ PARAMS: tuple[str, ...] = (
 VENDOR_LIBRARIES: tuple[str, ...] = ("nccl", "rccl", "gloo")
 """The flat libraries the model knows how ``vendor`` runs."""
 
-TOPOLOGY_DEFAULTS: dict[str, Any] = {"host_cores": 0, "vendor_library": "nccl"}
-"""Optional YAML keys (facts of the machine, not fitted) and their values when a profile leaves them out."""
+TOPOLOGY_KEYS: tuple[str, ...] = ("host_cores", "vendor_library")
+"""Optional YAML keys (facts of the machine, not fitted); a profile that leaves them out gets the defaults of
+:class:`MachineProfile`'s fields."""
 
 # parameter -> (YAML key, unit): "us" stores seconds as microseconds, "GBps" stores s/byte as GB/s.
 _YAML_KEYS: dict[str, tuple[str, str]] = {
@@ -130,7 +131,7 @@ class MachineProfile:
             if key not in data:
                 raise ValueError(f"machine profile lacks {key!r}")
             values[key] = data.pop(key)
-        for key in TOPOLOGY_DEFAULTS:
+        for key in TOPOLOGY_KEYS:
             if key in data:
                 values[key] = data.pop(key)
         values["sources"] = {_field_of(k): str(v) for k, v in (data.pop("sources", None) or {}).items()}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +52,13 @@ class StepPrediction:
 
     run: Run
     compute_ms: float
-    comm_ms: float
-    overlap: float
     per_collective_ms: dict[str, float]
+    overlap: float = 0.0
+
+    @property
+    def comm_ms(self) -> float:
+        """The step's predicted communication: every collective's."""
+        return sum(self.per_collective_ms.values())
 
     @property
     def predicted_ms(self) -> float:
@@ -122,17 +126,14 @@ def predict_steps(runs: Sequence[Run], sizes: Mapping[str, Mapping[int, float]],
     if not sizes:
         raise ValueError("no call sizes: give a run that recorded them (a torch.distributed run, e.g. gloo's)")
     fit_nodes = fit_nodes if fit_nodes is not None else min(r.nodes for r in runs)
-    raw = []
-    for r in runs:
-        per = comm_ms(r, sizes, profile)
-        raw.append(StepPrediction(r, compute_ms(one_rank_step_ms, r, profile), sum(per.values()), 0.0, per))
+    raw = [StepPrediction(r, compute_ms(one_rank_step_ms, r, profile), comm_ms(r, sizes, profile)) for r in runs]
     overlap = {}
     for backend in dict.fromkeys(r.backend for r in runs):
         fitted_on = [p for p in raw if p.run.backend == backend and p.run.nodes == fit_nodes]
         if not fitted_on:
             raise ValueError(f"no {backend} run at {fit_nodes} nodes to fit its overlap on")
         overlap[backend] = fitted_overlap(fitted_on)
-    return [StepPrediction(p.run, p.compute_ms, p.comm_ms, overlap[p.run.backend], p.per_collective_ms) for p in raw]
+    return [replace(p, overlap=overlap[p.run.backend]) for p in raw]
 
 
 def format_steps(predictions: Sequence[StepPrediction], fit_nodes: int) -> str:

@@ -72,9 +72,9 @@ def test_pccl_calls_are_priced_as_pccl_chooses_them():
 
 def test_fitted_overlap_is_clamped():
     run = step.Run("r", "gloo", 2, 2, 100.0, {})
-    assert step.fitted_overlap([step.StepPrediction(run, 80.0, 80.0, 0.0, {})]) == pytest.approx(0.75)
-    assert step.fitted_overlap([step.StepPrediction(run, 10.0, 10.0, 0.0, {})]) == 0.0  # slower than no overlap
-    assert step.fitted_overlap([step.StepPrediction(run, 100.0, 90.0, 0.0, {})]) == 1.0  # faster than full
+    assert step.fitted_overlap([step.StepPrediction(run, 80.0, {"all_gather": 80.0})]) == pytest.approx(0.75)
+    assert step.fitted_overlap([step.StepPrediction(run, 10.0, {"all_gather": 10.0})]) == 0.0  # slower than none
+    assert step.fitted_overlap([step.StepPrediction(run, 100.0, {"all_gather": 90.0})]) == 1.0  # faster than full
 
 
 def test_cli(tmp_path, capsys):
