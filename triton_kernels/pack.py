@@ -103,7 +103,7 @@ def permute_blocks(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int)
         raise ValueError(f"cannot permute blocks: expected {a * b * c} input elements, got {src.numel()}")
     if dst.numel() == 0:
         return dst
-    if not wants_triton(dst):
+    if not wants_triton(dst, "permute"):
         return permute_reference(src, dst, a, b, c)
     _launch_permute(src, dst, a, c, (b * c, c, 0), (c, a * c, 0))
     return dst
@@ -121,7 +121,7 @@ def pack_window(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int, st
         raise ValueError(f"cannot pack a window: expected {a * b * c} input elements, got {src.numel()}")
     if dst.numel() == 0:
         return dst
-    if not wants_triton(dst):
+    if not wants_triton(dst, "permute"):
         dst.view(b, a, width).copy_(src.view(a, b, c)[:, :, start:start + width].transpose(0, 1))
         return dst
     _launch_permute(src, dst, a, width, (b * c, c, start), (width, a * width, 0))
@@ -140,7 +140,7 @@ def unpack_window(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int, 
         raise ValueError(f"cannot unpack a window: expected {a * b * width} input elements, got {src.numel()}")
     if src.numel() == 0:
         return dst
-    if not wants_triton(dst):
+    if not wants_triton(dst, "permute", src.numel() * src.element_size()):
         dst.view(b, a, c)[:, :, start:start + width].copy_(src.view(a, b, width).transpose(0, 1))
         return dst
     _launch_permute(src, dst, a, width, (b * width, width, 0), (c, a * c, start))
@@ -188,7 +188,7 @@ def gather_chunks(src: torch.Tensor, dst: torch.Tensor, index: torch.Tensor, chu
     if int(index.min()) < 0 or int(index.max()) >= chunks:
         raise IndexError(f"cannot gather chunks: index values must be in [0, {chunks}), "
                          f"got [{int(index.min())}, {int(index.max())}]")
-    if not wants_triton(dst):
+    if not wants_triton(dst, "gather"):
         return gather_reference(src, dst, index, chunk)
     block = block_size(dst)
     with launching():
@@ -212,7 +212,7 @@ def rotate_(src: torch.Tensor, dst: torch.Tensor, shift: int) -> torch.Tensor:
     total = src.numel()
     if total == 0:
         return dst
-    if not wants_triton(dst):
+    if not wants_triton(dst, "rotate"):
         return rotate_reference(src, dst, shift)
     block = block_size(dst)
     with launching():

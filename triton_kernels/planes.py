@@ -84,7 +84,7 @@ def split_planes(x: torch.Tensor, top: torch.Tensor, rest: torch.Tensor) -> None
     _check(x, top, rest)
     if x.numel() == 0:
         return
-    if not wants_triton(x):
+    if not wants_triton(x, "split_planes"):
         split_reference(x, top, rest)
         return
     _launch(_split_kernel, x, x.view(torch.uint8), top, rest)
@@ -95,7 +95,7 @@ def merge_planes(top: torch.Tensor, rest: torch.Tensor, out: torch.Tensor) -> No
     _check(out, top, rest)
     if out.numel() == 0:
         return
-    if not wants_triton(out):
+    if not wants_triton(out, "merge_planes"):
         merge_reference(top, rest, out)
         return
     _launch(_merge_kernel, out, top, rest, out.view(torch.uint8))

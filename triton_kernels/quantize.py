@@ -34,6 +34,9 @@ QBLOCK = 256
 """Elements per scale: 1.6% of extra bytes for int8 of float32 (4 bytes of scale per 256 bytes)."""
 QMAX = {torch.int8: 127.0, torch.float8_e4m3fn: 448.0}
 QUANTIZED_DTYPES = tuple(QMAX)
+#: Outputs the int8 decode kernel writes; the others run the reference on every path (bfloat16 stores would need
+#: the hand rounding of reduce.py, float64 a float64 accumulator).
+TRITON_DEQUANTIZE_DTYPES = (torch.float32, torch.float16)
 
 if HAS_TRITON:
     import triton
@@ -171,7 +174,7 @@ def quantize(x: torch.Tensor, q: torch.Tensor, absmax: torch.Tensor) -> None:
     _check(x, q, absmax)
     if x.numel() == 0:
         return
-    if q.dtype != torch.int8 or not wants_triton(x):
+    if q.dtype != torch.int8 or not wants_triton(x, "quantize"):
         quantize_reference(x, q, absmax)
         return
     rows = _rows(x.is_cuda)
@@ -187,8 +190,8 @@ def dequantize(q: torch.Tensor, absmax: torch.Tensor, out: torch.Tensor, accumul
         raise ValueError(f"cannot accumulate with {accumulate}: expected one of {[o.name for o in _OP_CODES]}")
     if q.numel() == 0:
         return
-    if q.dtype != torch.int8 or not wants_triton(out) or out.dtype in (torch.bfloat16, torch.float64):
-        # bfloat16 stores would need the hand rounding of reduce.py, float64 a float64 accumulator
+    kernel = "dequantize" if accumulate is None else "dequantize_acc"
+    if q.dtype != torch.int8 or out.dtype not in TRITON_DEQUANTIZE_DTYPES or not wants_triton(out, kernel):
         dequantize_reference(q, absmax, out, accumulate)
         return
     rows = _rows(out.is_cuda)

@@ -66,8 +66,8 @@ if HAS_TRITON:
     @triton.jit
     def _reduce_kernel(
         out_ptr,  # *T: output, n_elements; may be the same buffer as in0_ptr (in-place accumulate)
-        in0_ptr, in1_ptr, in2_ptr, in3_ptr,  # *T: inputs; only the first K are read
-        in4_ptr, in5_ptr, in6_ptr, in7_ptr,
+        in0_ptr, in1_ptr, in2_ptr, in3_ptr,  # *T: inputs; only the first K are read, the others are None
+        in4_ptr, in5_ptr, in6_ptr, in7_ptr,  # (a constexpr: no pointer to specialize at each launch)
         n_elements,  # elements in every operand
         scale,  # fp32 multiplier applied before the store when HAS_SCALE
         K: tl.constexpr,  # number of inputs, 1..8
@@ -157,10 +157,10 @@ def reduce_n(out: torch.Tensor, inputs: Sequence[torch.Tensor], op: ReduceOp,
     _check(out, inputs, op, scale)
     if out.numel() == 0:
         return out
-    if not wants_triton(out):
+    if not wants_triton(out, reduce_kernel_name(len(inputs))):
         return reduce_reference(out, inputs, op, scale)
     block = block_size(out)
-    padded = list(inputs) + [inputs[0]] * (MAX_INPUTS - len(inputs))  # unused pointers, never read
+    padded = (*inputs, *(None,) * (MAX_INPUTS - len(inputs)))  # unused inputs: None, never read
     with launching():
         _reduce_kernel[grid_for(out.numel(), block, "reduce")](
             out, *padded, out.numel(), 1.0 if scale is None else float(scale),
@@ -168,6 +168,12 @@ def reduce_n(out: torch.Tensor, inputs: Sequence[torch.Tensor], op: ReduceOp,
             OUT_BF16=out.dtype == torch.bfloat16, BLOCK=block,
         )
     return out
+
+
+def reduce_kernel_name(k: int) -> str:
+    """The dispatch table's name for a k-way reduce: ``reduce_2`` for k <= 2 (one torch launch for full-precision
+    dtypes), ``reduce_8`` for k >= 3 (k - 1 torch launches; measured at k = 8)."""
+    return "reduce_2" if k <= 2 else "reduce_8"
 
 
 def reduce_(acc: torch.Tensor, other: torch.Tensor, op: ReduceOp, scale: float | None = None) -> torch.Tensor:
