@@ -9,9 +9,10 @@
 - ``gather_chunks``: ``dst`` chunk ``i`` = ``src`` chunk ``index[i]`` (chunks of C elements).
 - ``rotate_``: ``dst[(i + shift) % N] = src[i]``, Bruck's final rotation back to rank order.
 
-All write into a separate, contiguous output; the input is never modified. In every Triton kernel,
-program ``i`` owns output elements ``[i * BLOCK, (i + 1) * BLOCK)`` and computes where each one comes
-from, so loads may be scattered but stores are contiguous.
+All write into a separate, contiguous output; the input is never modified. The permute kernel moves 2-D
+tiles of whole chunk rows, contiguous on both sides; in the gather and rotate kernels program ``i`` owns output
+elements ``[i * BLOCK, (i + 1) * BLOCK)`` and computes where each one comes from, so loads may be scattered but
+stores are contiguous.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from __future__ import annotations
 import torch
 
 from pccl_torch.triton_kernels._backend import HAS_TRITON, block_size, grid_for, launching, wants_triton
+
+#: Bytes a permute tile moves on a GPU (4 Ki float32, 8 Ki bfloat16 elements): a copy needs more bytes in flight
+#: per program than the 2 Ki elements of the other kernels, and a tile's size should not shrink with the dtype.
+PERMUTE_TILE_BYTES = 16 << 10
 
 if HAS_TRITON:
     import triton
@@ -28,23 +33,28 @@ if HAS_TRITON:
     def _permute_kernel(
         src_ptr,  # *T: source; element (a, b, w) at a * src_a + b * src_b + src_off + w
         dst_ptr,  # *T: destination; element (a, b, w) at a * dst_a + b * dst_b + dst_off + w
-        A, W,  # chunk grid rows of the source and window width (elements); B = n_elements // (A * W)
+        A, W,  # chunk grid rows of the source and window width (elements)
+        rows,  # A * B: the rows (b, a) of the [B, A, W] transpose
+        col_tiles,  # tiles of BLOCK_W columns per row: cdiv(W, BLOCK_W)
         src_a, src_b, src_off,  # source strides (elements) of a and b, and the window's start
         dst_a, dst_b, dst_off,  # destination strides of a and b, and the window's start
-        n_elements,  # A * B * W
-        BLOCK: tl.constexpr,  # elements per program
+        ROWS: tl.constexpr,  # rows per tile (a power of two; > 1 only when W is short)
+        BLOCK_W: tl.constexpr,  # columns per tile (a power of two)
     ):
-        # Program i moves logical elements o in [i * BLOCK, (i + 1) * BLOCK) of the [B, A, W] transpose:
-        # o = (b * A + a) * W + w. With a contiguous destination (pack) the stores are contiguous; with a
-        # contiguous source (unpack into a window) the loads are.
-        o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = o < n_elements
-        w = o % W
-        row = o // W
-        a = row % A
-        b = row // A
-        values = tl.load(src_ptr + a * src_a + b * src_b + src_off + w, mask=mask)
-        tl.store(dst_ptr + a * dst_a + b * dst_b + dst_off + w, values, mask=mask)
+        # A tile is ROWS x BLOCK_W elements: rows r = b * A + a of the transpose, columns w of their chunk. Each
+        # row is a run of W consecutive elements in both buffers, so loads and stores are both contiguous (and
+        # vectorised when the strides are multiples of 16). Program p takes row group p // col_tiles and column
+        # tile p % col_tiles: one scalar division per program, and a division per row, never per element.
+        pid = tl.program_id(0).to(tl.int64)
+        r = (pid // col_tiles) * ROWS + tl.arange(0, ROWS)
+        w = (pid % col_tiles) * BLOCK_W + tl.arange(0, BLOCK_W)
+        a = r % A
+        b = r // A
+        src_row = a * src_a + b * src_b + src_off
+        dst_row = a * dst_a + b * dst_b + dst_off
+        mask = (r < rows)[:, None] & (w < W)[None, :]
+        values = tl.load(src_ptr + (src_row[:, None] + w[None, :]), mask=mask)
+        tl.store(dst_ptr + (dst_row[:, None] + w[None, :]), values, mask=mask)
 
     @triton.jit
     def _gather_kernel(
@@ -105,7 +115,7 @@ def permute_blocks(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int)
         return dst
     if not wants_triton(dst, "permute"):
         return permute_reference(src, dst, a, b, c)
-    _launch_permute(src, dst, a, c, (b * c, c, 0), (c, a * c, 0))
+    _launch_permute(src, dst, a, a * b, c, (b * c, c, 0), (c, a * c, 0))
     return dst
 
 
@@ -124,7 +134,7 @@ def pack_window(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int, st
     if not wants_triton(dst, "permute"):
         dst.view(b, a, width).copy_(src.view(a, b, c)[:, :, start:start + width].transpose(0, 1))
         return dst
-    _launch_permute(src, dst, a, width, (b * c, c, start), (width, a * width, 0))
+    _launch_permute(src, dst, a, a * b, width, (b * c, c, start), (width, a * width, 0))
     return dst
 
 
@@ -143,7 +153,7 @@ def unpack_window(src: torch.Tensor, dst: torch.Tensor, a: int, b: int, c: int, 
     if not wants_triton(dst, "permute", src.numel() * src.element_size()):
         dst.view(b, a, c)[:, :, start:start + width].copy_(src.view(a, b, width).transpose(0, 1))
         return dst
-    _launch_permute(src, dst, a, width, (b * width, width, 0), (c, a * c, start))
+    _launch_permute(src, dst, a, a * b, width, (b * width, width, 0), (c, a * c, start))
     return dst
 
 
@@ -155,14 +165,27 @@ def _check_grid(a: int, b: int, c: int, start: int, width: int) -> None:
         raise ValueError(f"cannot permute: window {start}:{start + width} exceeds the block length {c}")
 
 
-def _launch_permute(src: torch.Tensor, dst: torch.Tensor, a: int, width: int, src_strides: tuple[int, int, int],
-                    dst_strides: tuple[int, int, int]) -> None:
-    """Launch ``_permute_kernel`` over the ``a * b * width`` moved elements (the smaller of the two buffers)."""
-    moved = min(src.numel(), dst.numel())
-    block = block_size(dst)
+def permute_block(tensor: torch.Tensor) -> int:
+    """Elements a permute tile moves: :data:`PERMUTE_TILE_BYTES` on GPUs, the interpreter's block on CPU."""
+    return PERMUTE_TILE_BYTES // tensor.element_size() if tensor.is_cuda else block_size(tensor)
+
+
+def permute_tile(width: int, block: int) -> tuple[int, int]:
+    """``(ROWS, BLOCK_W)`` of a permute tile of ``block`` elements (a power of two): a row is as wide as the window
+    rounded up to a power of two (16 at least, ``block`` at most), and a tile stacks the rows that fit."""
+    block_w = min(max(1 << (max(width, 1) - 1).bit_length(), 16), block)
+    return block // block_w, block_w
+
+
+def _launch_permute(src: torch.Tensor, dst: torch.Tensor, a: int, rows: int, width: int,
+                    src_strides: tuple[int, int, int], dst_strides: tuple[int, int, int]) -> None:
+    """Launch ``_permute_kernel`` over the ``rows`` (= a * b) rows of ``width`` moved elements."""
+    tile_rows, block_w = permute_tile(width, permute_block(dst))
+    col_tiles = -(-width // block_w)
+    tiles = -(-rows // tile_rows) * col_tiles
     with launching():
-        _permute_kernel[grid_for(moved, block, "permute")](src, dst, a, width, *src_strides, *dst_strides, moved,
-                                                           BLOCK=block)
+        _permute_kernel[grid_for(tiles * tile_rows * block_w, tile_rows * block_w, "permute")](
+            src, dst, a, width, rows, col_tiles, *src_strides, *dst_strides, ROWS=tile_rows, BLOCK_W=block_w)
 
 
 def gather_reference(src: torch.Tensor, dst: torch.Tensor, index: torch.Tensor, chunk: int) -> torch.Tensor:
