@@ -89,6 +89,11 @@ if HAS_TRITON:
         tl.store(out_ptr + offsets, value.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+# _NO_FMA: both kernels launch with enable_fp_fusion=False. On GPUs Triton contracts a multiply followed by an
+# add into one fma, rounded once (encode: y * 127 + 1.5 * 2^23; decode-accumulate: acc + q * absmax * (1/127)),
+# where torch rounds after each operation: the 2026-12-04 H200 run found the fused SUM off by a rounding.
+
+
 def blocks_of(n: int) -> int:
     """Scales (blocks) for ``n`` elements."""
     return -(-n // QBLOCK)
@@ -179,7 +184,8 @@ def quantize(x: torch.Tensor, q: torch.Tensor, absmax: torch.Tensor) -> None:
         return
     rows = _rows(x.is_cuda)
     with launching():
-        _quantize_int8_kernel[(-(-blocks_of(x.numel()) // rows),)](x, q, absmax, x.numel(), QBLOCK=QBLOCK, ROWS=rows)
+        _quantize_int8_kernel[(-(-blocks_of(x.numel()) // rows),)](x, q, absmax, x.numel(), QBLOCK=QBLOCK, ROWS=rows,
+                                                                   enable_fp_fusion=False)  # see _NO_FMA
 
 
 def dequantize(q: torch.Tensor, absmax: torch.Tensor, out: torch.Tensor, accumulate: ReduceOp | None = None) -> None:
@@ -198,4 +204,5 @@ def dequantize(q: torch.Tensor, absmax: torch.Tensor, out: torch.Tensor, accumul
     with launching():
         _dequantize_int8_kernel[(-(-blocks_of(q.numel()) // rows),)](
             q, absmax, out, q.numel(), 1.0 / QMAX[torch.int8], QBLOCK=QBLOCK, ROWS=rows,
-            ACCUMULATE=accumulate is not None, OP=_OP_CODES.get(accumulate, 0))
+            ACCUMULATE=accumulate is not None, OP=_OP_CODES.get(accumulate, 0),
+            enable_fp_fusion=False)  # see _NO_FMA

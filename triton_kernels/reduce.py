@@ -157,7 +157,8 @@ def reduce_n(out: torch.Tensor, inputs: Sequence[torch.Tensor], op: ReduceOp,
     _check(out, inputs, op, scale)
     if out.numel() == 0:
         return out
-    if not wants_triton(out, reduce_kernel_name(len(inputs))):
+    if not wants_triton(out, reduce_kernel_name(len(inputs))) or (scale is not None and out.dtype == torch.float64):
+        # float64 scales: Triton passes a Python float as float32, which would round the factor
         return reduce_reference(out, inputs, op, scale)
     block = block_size(out)
     padded = (*inputs, *(None,) * (MAX_INPUTS - len(inputs)))  # unused inputs: None, never read

@@ -59,6 +59,8 @@ def test_in_place_accumulate_is_commutative_bitwise(triton_backend, dtype, op, n
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("numel", (1, 41, 4231))
 def test_scale_and_fused_scale(triton_backend, dtype, numel) -> None:
+    if dtype == torch.float64:  # the 2026-12-04 H200 run: a float32 factor (Triton's float argument) missed by a rounding
+        triton_backend.expect_none("float64 scales run the torch reference: Triton passes the factor as float32")
     x, y = make_inputs(2, numel, dtype, seed=numel)
     scaled = x.clone()
     scale_(scaled, 1 / 3)
