@@ -27,18 +27,11 @@ import torch
 
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
+from pccl_torch.transport.staging import chunk_bounds
 from pccl_torch.triton_kernels import pack_window, unpack_window
 
 #: A step of one chunk: starts its collective and returns the request, or does local work and returns None.
 Step = Callable[[], object]
-
-
-def chunk_bounds(total: int, chunks: int, multiple: int = 1) -> list[tuple[int, int]]:
-    """``[start, stop)`` of up to ``chunks`` consecutive chunks covering ``total`` elements, each a multiple
-    of ``multiple`` long (the last may be shorter); no empty chunks (one empty chunk for ``total == 0``)."""
-    width = -(-total // max(chunks, 1))
-    width = max(-(-width // multiple) * multiple, multiple)
-    return [(s, min(s + width, total)) for s in range(0, total, width)] or [(0, 0)]
 
 
 def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> None:

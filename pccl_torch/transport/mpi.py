@@ -37,6 +37,7 @@ from pccl_torch import failure_notice, watchdog
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
+from pccl_torch.transport.staging import Chunk, HostStaging, blocks, chunk_bounds, chunk_count, wire_dtype
 
 _MPI_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
 # MPI has no 16-bit float types: native reductions on them run on a float32 copy.
@@ -46,8 +47,8 @@ _MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.int32: 
 
 
 def _needs_typing(tensor: torch.Tensor) -> bool:
-    """Whether a native reduction must run on a host copy of another dtype (16-bit floats, CUDA)."""
-    return tensor.dtype not in _MPI_TYPES or tensor.is_cuda
+    """Whether a native reduction on a host tensor must run on a float32 copy (16-bit floats)."""
+    return tensor.dtype not in _MPI_TYPES
 # Polling schedule: yield the core between polls for the wait's spin, then nap _NAP_S between polls.
 #: The spin where each rank has a core; where ranks share cores a spinning rank delays the very rank it waits
 #: for, so the spin is short there ...
@@ -173,19 +174,6 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _needs_staging(tensor: torch.Tensor) -> bool:
-    return tensor.is_cuda and not cuda_aware()
-
-
-@contextmanager
-def _host_staged(tensor: torch.Tensor, *, copy_back: bool) -> Iterator[torch.Tensor]:
-    """A host copy of a CUDA tensor for an MPI that is not CUDA-aware (written back with ``copy_back``)."""
-    host = tensor.to("cpu")
-    yield host
-    if copy_back:
-        tensor.copy_(host)
-
-
 class MPITransport(Transport):
     """Point-to-point messages and native collectives over an mpi4py communicator."""
 
@@ -202,38 +190,66 @@ class MPITransport(Transport):
         self._watches: dict[str, watchdog.Watch] = {}  # the watchdog's watch per kind of blocking call
         self._requests: list[MPI.Prequest] = []  # persistent collectives bound by bind_* (release_persistent)
         self._owned = owned
+        self.staging = HostStaging()
+        """Pinned host buffers and side streams for CUDA tensors an MPI that is not CUDA-aware cannot take."""
+        self.stage_host_tensors = False
+        """Send host tensors through the staging too (tests: every chunking of the CUDA path, on CPU)."""
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
 
+    def stages(self, *tensors: torch.Tensor, reduce: bool = False) -> bool:
+        """Whether a call on ``tensors`` goes through host staging (:attr:`staging`): CUDA tensors, unless MPI is
+        CUDA-aware and (``reduce``) reduces their dtype; host tensors too with :attr:`stage_host_tensors`."""
+        for tensor in tensors:
+            if tensor.is_cuda:
+                if not cuda_aware() or (reduce and tensor.dtype not in _MPI_TYPES):
+                    return True
+            elif self.stage_host_tensors:
+                return True
+        return False
+
     def send(self, tensor: torch.Tensor, dest: int) -> None:
-        if _needs_staging(tensor):
-            with _host_staged(tensor, copy_back=False) as host:
-                return self.send(host, dest)
+        if self.stages(tensor):
+            host = self.staging.host("send", tensor.numel(), tensor.dtype)
+            return self.staging.run([Chunk([(tensor.reshape(-1), host)], lambda: self._send(host, dest))],
+                                    tensor.device)
+        return self._send(tensor, dest)
+
+    def _send(self, tensor: torch.Tensor, dest: int) -> None:
         self._complete([self.comm.Isend(_buffer(tensor), dest)], [dest], "send to", _nbytes(tensor))
-        return None
 
     def recv(self, tensor: torch.Tensor, source: int) -> None:
-        if _needs_staging(tensor):
-            with _host_staged(tensor, copy_back=True) as host:
-                return self.recv(host, source)
+        if self.stages(tensor):
+            host = self.staging.host("recv", tensor.numel(), tensor.dtype)
+            return self.staging.run([Chunk((), lambda: self._recv(host, source), [(host, tensor.reshape(-1))])],
+                                    tensor.device)
+        return self._recv(tensor, source)
+
+    def _recv(self, tensor: torch.Tensor, source: int) -> None:
         self._complete([self.comm.Irecv(_buffer(tensor), source)], [source], "receive from", _nbytes(tensor))
-        return None
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
-        if _needs_staging(send) or _needs_staging(recv):
-            with _host_staged(send, copy_back=False) as sbuf, _host_staged(recv, copy_back=True) as rbuf:
-                return self.sendrecv(sbuf, dest, rbuf, source)
+        if self.stages(send, recv):
+            sbuf = self.staging.host("send", send.numel(), send.dtype)
+            rbuf = self.staging.host("recv", recv.numel(), recv.dtype)
+            work = functools.partial(self._sendrecv, sbuf, dest, rbuf, source)
+            return self.staging.run([Chunk([(send.reshape(-1), sbuf)], work, [(rbuf, recv.reshape(-1))])],
+                                    (send if send.is_cuda else recv).device)
+        return self._sendrecv(send, dest, recv, source)
+
+    def _sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
         requests = [self.comm.Irecv(_buffer(recv), source), self.comm.Isend(_buffer(send), dest)]
         self._complete(requests, [source, dest], "exchange with", _nbytes(send) + _nbytes(recv))
-        return None
 
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         if self._size == 1:  # one rank: a copy, on the tensors' own device (no host staging)
             out.copy_(inp.view_as(out))
             return None
-        if _needs_staging(inp) or _needs_staging(out):
-            with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
-                return self.native_all_gather(rbuf, sbuf)
+        if self.stages(inp, out):
+            return self._staged_all_gather(out, inp)
+        return self._host_all_gather(out, inp)
+
+    def _host_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         if self.blocking:
             return self._blocking(self.comm.Allgather, (_buffer(inp), _buffer(out)), "MPI's native all-gather")
         self._complete_collective(self.comm.Iallgather(_buffer(inp), _buffer(out)), "MPI's native all-gather",
@@ -244,9 +260,14 @@ class MPITransport(Transport):
         if self._size == 1:
             out.copy_(inp.view_as(out))
             return None
-        if _needs_typing(inp) or _needs_typing(out):  # through host tensors MPI can reduce, and back
+        if self.stages(inp, out, reduce=True):
+            return self._staged_reduce_scatter(out, inp, op)
+        return self._host_reduce_scatter(out, inp, op)
+
+    def _host_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
+        if _needs_typing(inp) or _needs_typing(out):  # through float32 copies MPI can reduce, and back
             with self._typed(inp, copy_back=False) as src, self._typed(out, copy_back=True) as dst:
-                return self.native_reduce_scatter(dst, src, op)
+                return self._host_reduce_scatter(dst, src, op)
         datatype = _MPI_TYPES[inp.dtype]
         if self.blocking:
             return self._blocking(self.comm.Reduce_scatter_block,
@@ -259,9 +280,14 @@ class MPITransport(Transport):
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         if self._size == 1:  # the reduction of one contribution is itself
             return None
+        if self.stages(tensor, reduce=True):
+            return self._staged_all_reduce(tensor, op)
+        return self._host_all_reduce(tensor, op)
+
+    def _host_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         if _needs_typing(tensor):
             with self._typed(tensor, copy_back=True) as buf:
-                return self.native_all_reduce(buf, op)
+                return self._host_all_reduce(buf, op)
         if self.blocking:
             return self._blocking(self.comm.Allreduce,
                                   (MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op]),
@@ -276,9 +302,12 @@ class MPITransport(Transport):
             if out.numel():
                 out.copy_(inp[:out.numel()])
             return None
-        if _needs_staging(inp) or _needs_staging(out):
-            with _host_staged(inp, copy_back=False) as sbuf, _host_staged(out, copy_back=True) as rbuf:
-                return self.native_all_to_all(rbuf, sbuf, send_counts, recv_counts)
+        if self.stages(inp, out):
+            return self._staged_all_to_all(out, inp, send_counts, recv_counts)
+        return self._host_all_to_all(out, inp, send_counts, recv_counts)
+
+    def _host_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
+                         recv_counts: Sequence[int]) -> None:
         size, first = inp.element_size(), send_counts[0]
         if all(c == first for c in send_counts) and all(c == first for c in recv_counts):  # MPI's own rule by size
             send, recv, call, start = _buffer(inp), _buffer(out), self.comm.Alltoall, self.comm.Ialltoall
@@ -290,6 +319,69 @@ class MPITransport(Transport):
             return self._blocking(call, (send, recv), "MPI's native all-to-all")
         self._complete_collective(start(send, recv), "MPI's native all-to-all", _nbytes(out))
         return None
+
+    # Staged native collectives (``stages``): the collective cut into chunks along each rank's block, every chunk
+    # copied to host memory, moved by the host path of the same collective and copied back (``staging``).
+    def _chunks(self, numel: int, dtype: torch.dtype, parts: int) -> list[tuple[int, int]]:
+        """Bounds of the chunks of a row of ``numel`` elements of ``dtype`` in a message of ``parts`` such rows
+        (the same on every rank: it depends on the message's size only)."""
+        nbytes = numel * parts * torch.empty((), dtype=dtype).element_size()
+        return chunk_bounds(numel, chunk_count(nbytes, self.staging.chunk_bytes))
+
+    def _staged_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        world, n = self._size, inp.numel()
+        host_in = self.staging.host("send", n, inp.dtype)
+        host_out = self.staging.host("recv", world * n, inp.dtype)
+        src, rows = inp.reshape(-1), blocks(out, world)
+        chunks = []
+        for lo, hi in self._chunks(n, inp.dtype, world):
+            gathered = host_out[world * lo:world * hi]
+            chunks.append(Chunk([(src[lo:hi], host_in[lo:hi])],
+                                functools.partial(self._host_all_gather, gathered, host_in[lo:hi]),
+                                [(gathered.view(world, hi - lo), rows[:, lo:hi])]))
+        self.staging.run(chunks, (out if out.is_cuda else inp).device)
+
+    def _staged_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
+        world, n = self._size, out.numel()
+        wire = wire_dtype(inp.dtype, True, self.reduces)
+        host_in, host_out = self.staging.host("send", world * n, wire), self.staging.host("recv", n, wire)
+        rows, dst = blocks(inp, world), out.reshape(-1)
+        chunks = []
+        for lo, hi in self._chunks(n, wire, world):
+            gathered = host_in[world * lo:world * hi]
+            chunks.append(Chunk([(rows[:, lo:hi], gathered.view(world, hi - lo))],
+                                functools.partial(self._host_reduce_scatter, host_out[lo:hi], gathered, op),
+                                [(host_out[lo:hi], dst[lo:hi])]))
+        self.staging.run(chunks, (inp if inp.is_cuda else out).device)
+
+    def _staged_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
+        host = self.staging.host("send", tensor.numel(), wire_dtype(tensor.dtype, True, self.reduces))
+        flat = tensor.reshape(-1)
+        chunks = [Chunk([(flat[lo:hi], host[lo:hi])], functools.partial(self._host_all_reduce, host[lo:hi], op),
+                        [(host[lo:hi], flat[lo:hi])])
+                  for lo, hi in self._chunks(tensor.numel(), host.dtype, 1)]
+        self.staging.run(chunks, tensor.device)
+
+    def _staged_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
+                           recv_counts: Sequence[int]) -> None:
+        world, device = self._size, (out if out.is_cuda else inp).device
+        host_in = self.staging.host("send", inp.numel(), inp.dtype)
+        host_out = self.staging.host("recv", out.numel(), out.dtype)
+        first = send_counts[0]
+        if not (all(c == first for c in send_counts) and all(c == first for c in recv_counts)):
+            work = functools.partial(self._host_all_to_all, host_out, host_in, send_counts, recv_counts)
+            self.staging.run([Chunk([(inp.reshape(-1), host_in)], work, [(host_out, out.reshape(-1))])], device)
+            return
+        sources, targets = blocks(inp.reshape(-1)[:world * first], world), blocks(out.reshape(-1)[:world * first],
+                                                                                   world)
+        chunks = []
+        for lo, hi in self._chunks(first, inp.dtype, world):
+            w = hi - lo
+            sent, received = host_in[world * lo:world * hi], host_out[world * lo:world * hi]
+            chunks.append(Chunk([(sources[:, lo:hi], sent.view(world, w))],
+                                functools.partial(self._host_all_to_all, received, sent, [w] * world, [w] * world),
+                                [(received.view(world, w), targets[:, lo:hi])]))
+        self.staging.run(chunks, device)
 
     def _watch(self, what: str) -> watchdog.Watch:
         """The watchdog's watch of this transport's blocking ``what`` (one per kind, made at its first call)."""
@@ -667,12 +759,13 @@ class MPITransport(Transport):
     @staticmethod
     @contextmanager
     def _typed(tensor: torch.Tensor, *, copy_back: bool) -> Iterator[torch.Tensor]:
-        """A host tensor of an MPI-reducible dtype holding ``tensor`` (itself when possible)."""
+        """A float32 copy of a 16-bit host ``tensor`` for MPI to reduce (written back with ``copy_back``); a
+        tensor MPI reduces as it is, itself."""
         wanted = _UPCAST.get(tensor.dtype, tensor.dtype)
-        if wanted == tensor.dtype and not tensor.is_cuda:
+        if wanted == tensor.dtype:
             yield tensor
             return
-        staged = tensor.to(device="cpu", dtype=wanted)
+        staged = tensor.to(wanted)
         yield staged
         if copy_back:
             tensor.copy_(staged)

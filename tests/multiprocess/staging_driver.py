@@ -1,0 +1,139 @@
+"""Host staging (``pccl_torch.transport.staging``) under ``mpiexec -n N``, on CPU: every MPI transport of the
+communicator sends its host tensors through the staging schedule a CUDA tensor takes without CUDA-aware MPI
+(``MPITransport.stage_host_tensors``), cut into many chunks (a chunk of 64 bytes), and every result is compared
+with a reference built from each rank's contribution: the transport's native collectives and point-to-point
+calls directly, then the public collectives through algorithms that use them (flat and two-level).
+
+Contributions are small integers, exact in every dtype here, so the reductions do not depend on MPI's order.
+Every rank writes its failures (``rank_result.write``); ``test_staging.py`` checks every rank.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+
+import torch
+
+import pccl_torch as pc
+from pccl_torch.ops import ReduceOp
+from pccl_torch.transport.mpi import MPITransport
+
+from rank_result import write
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64)
+SIZES = (0, 1, 7, 1000, 4099)
+"""Elements a rank contributes (all-gather input, reduce-scatter output, all-to-all block; all-reduce: the
+whole buffer)."""
+CHUNK_BYTES = 64
+
+
+def contribution(rank: int, numel: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
+    return ((torch.arange(numel) % 7) + 1 + rank + salt).to(dtype)
+
+
+def exact(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, f"{what}: {got.dtype}{tuple(got.shape)}"
+    assert torch.equal(got, want), f"{what}: got {got[:8].tolist()} want {want[:8].tolist()}"
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed, self.failures = 0, []
+
+    def check(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            self.passed += 1
+        except Exception:  # recorded with its traceback; every rank goes on to the next check
+            self.failures.append(f"{name}: {traceback.format_exc(limit=4)}")
+
+
+def native_collectives(t: MPITransport, dtype: torch.dtype, n: int) -> None:
+    """The transport's native all-gather, reduce-scatter, all-reduce and all-to-all (equal and uneven); every
+    collective runs before any result is compared, so a wrong result on one rank fails it without a hang."""
+    rank, world = t.rank, t.size
+    mine = contribution(rank, n, dtype)
+    kept = mine.clone()
+    gathered = torch.empty(world * n, dtype=dtype)
+    t.native_all_gather(gathered, mine)
+    blocks = torch.cat([contribution(rank, n, dtype, salt=b) for b in range(world)])
+    scattered = torch.empty(n, dtype=dtype)
+    t.native_reduce_scatter(scattered, blocks, ReduceOp.SUM)
+    buf = contribution(rank, n, dtype)
+    t.native_all_reduce(buf, ReduceOp.MAX)
+    exchanged = torch.empty(world * n, dtype=dtype)
+    t.native_all_to_all(exchanged, blocks, [n] * world, [n] * world)
+    # Uneven: rank r sends (r + j) % 3 * n elements to rank j.
+    sends = [(rank + j) % 3 * n for j in range(world)]
+    receives = [(i + rank) % 3 * n for i in range(world)]
+    source = torch.cat([contribution(rank, c, dtype, salt=j) for j, c in enumerate(sends)])
+    target = torch.empty(sum(receives), dtype=dtype)
+    t.native_all_to_all(target, source, sends, receives)
+    exact(gathered, torch.cat([contribution(r, n, dtype) for r in range(world)]), "all-gather")
+    exact(scattered, sum(contribution(r, n, torch.int64, salt=rank) for r in range(world)).to(dtype),
+          "reduce-scatter")
+    exact(buf, contribution(world - 1, n, dtype), "all-reduce max")
+    exact(exchanged, torch.cat([contribution(r, n, dtype, salt=rank) for r in range(world)]), "all-to-all")
+    exact(target, torch.cat([contribution(i, c, dtype, salt=rank) for i, c in enumerate(receives)]),
+          "uneven all-to-all")
+    exact(mine, kept, "input left as it was")
+
+
+def point_to_point(t: MPITransport, dtype: torch.dtype, n: int) -> None:
+    """A ring of sendrecv, then send/recv between pairs."""
+    rank, world = t.rank, t.size
+    right, left = (rank + 1) % world, (rank - 1) % world
+    got = torch.empty(n, dtype=dtype)
+    t.sendrecv(contribution(rank, n, dtype), right, got, left)
+    received = torch.empty(n, dtype=dtype)
+    if world % 2 == 0:
+        if rank % 2 == 0:
+            t.send(contribution(rank, n, dtype), rank + 1)
+        else:
+            t.recv(received, rank - 1)
+    exact(got, contribution(left, n, dtype), "sendrecv")
+    if world % 2 == 0 and rank % 2:
+        exact(received, contribution(rank - 1, n, dtype), "recv")
+
+
+def public_collectives(comm, algorithm: str, dtype: torch.dtype, n: int) -> None:
+    """The public all-gather, reduce-scatter and all-reduce under ``algorithm`` (compared after all three)."""
+    rank, world = comm.topology.rank, comm.topology.world_size
+    gathered = torch.empty(world * n, dtype=dtype)
+    pc.all_gather_into_tensor(gathered, contribution(rank, n, dtype), algorithm=algorithm, comm=comm)
+    blocks = torch.cat([contribution(rank, n, dtype, salt=b) for b in range(world)])
+    out = torch.empty(n, dtype=dtype)
+    pc.reduce_scatter_tensor(out, blocks, algorithm=algorithm, comm=comm)
+    buf = contribution(rank, world * n, dtype)
+    pc.all_reduce(buf, algorithm=algorithm, comm=comm)
+    exact(gathered, torch.cat([contribution(r, n, dtype) for r in range(world)]), f"all-gather {algorithm}")
+    exact(out, sum(contribution(r, n, torch.int64, salt=rank) for r in range(world)).to(dtype),
+          f"reduce-scatter {algorithm}")
+    exact(buf, sum(contribution(r, world * n, torch.int64) for r in range(world)).to(dtype),
+          f"all-reduce {algorithm}")
+
+
+def main() -> None:
+    comm = pc.init()
+    checks = Checks()
+    transports = [t for t in (comm.world, comm.inter, comm.intra_mpi) if isinstance(t, MPITransport)]
+    for transport in transports:
+        transport.stage_host_tensors = True
+        transport.staging.chunk_bytes = CHUNK_BYTES
+    for name, transport in zip(("world", "inter", "intra"), transports):
+        for dtype in DTYPES:
+            for n in SIZES:
+                checks.check(f"{name} native {dtype} {n}", lambda: native_collectives(transport, dtype, n))
+                checks.check(f"{name} point-to-point {dtype} {n}", lambda: point_to_point(transport, dtype, n))
+    algorithms = ["ring", "mpi"] + (["hier:ring", "hier:mpi"] if comm.topology.is_hierarchical else [])
+    for algorithm in algorithms:
+        for dtype in DTYPES:
+            for n in SIZES:
+                checks.check(f"{algorithm} {dtype} {n}", lambda: public_collectives(comm, algorithm, dtype, n))
+    pc.shutdown()
+    write({"passed": checks.passed, "failures": checks.failures, "world": comm.topology.world_size})
+
+
+if __name__ == "__main__":
+    main()
