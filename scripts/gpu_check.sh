@@ -275,6 +275,11 @@ else
 fi
 
 # -- 2. bench_kernels.py on CUDA: GB/s of each kernel beside copy_ --------------------------------------------
+# Per dtype (float32 here, bfloat16 after section 4): reduce_2/8, permute (the tiled kernel), rotate and the wire
+# kernels (quantize, dequantize, dequantize_acc, split/merge_planes), Triton forced beside the torch reference;
+# the "auto" column (the dispatch table's pick, SLOWER when the other path won), "per-call cost" (1-element
+# buffers, 200 calls back to back), "dispatch check" and "proposed routes" (ROUTES rows from this run) at the end.
+# 2026-12-04: 8 s a dtype with 4 kernels; ~2.5x the rows now, and 6 more kernels to compile.
 bench() {  # dtype cap
     run_section "bench-$1" normal "$2" bench.log -- "$PY" benchmarks/bench_kernels.py --device cuda \
         -b 64K -e 256M -f 4 -n 20 -w 3 -d "$1" --json "$WORK/bench-$1.json"
