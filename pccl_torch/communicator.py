@@ -213,7 +213,7 @@ class Communicator:
             self.blocking_waits = blocking_waits_from_env(topo)
         if self.threaded_async is None:
             self.threaded_async = threaded_async_from_env(topo, self.device)
-        self.executor = OrderedExecutor("pccl", inline=not self.threaded_async)
+        self.executor = OrderedExecutor("pccl", inline=not self.threaded_async, device=self.device)
         if topo.rank == 0:
             log.info("pccl over %s: %d ranks on %d cores here: %s waits, async calls %s", self.transport,
                      topo.cpu_ranks, topo.cores,

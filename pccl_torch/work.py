@@ -4,11 +4,16 @@ Asynchronous calls (``async_op=True``) are queued on one worker thread per commu
 runs its collectives in the order it issued them (what MPI and NCCL require). A blocking call first
 waits for the queued ones, then runs in the caller's thread without a thread hop. An inline executor runs
 every call at once in the caller's thread and hands back a completed future (``PCCL_ASYNC=inline``).
+
+On CUDA a queued call runs on the stream that was current where it was issued (torch's current stream is
+per thread): the call's work waits for what the caller queued before it, and the caller's stream is made to
+wait for the call's results, as torch.distributed's NCCL work does.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -69,9 +74,10 @@ class OrderedExecutor:
     """Runs submitted calls one at a time, in submission order, on a lazily started worker thread, or
     (``inline``) at once in the submitting thread."""
 
-    def __init__(self, name: str, *, inline: bool = False) -> None:
+    def __init__(self, name: str, *, inline: bool = False, device: torch.device | None = None) -> None:
         self._name = name
         self.inline = inline
+        self._cuda = device if device is not None and device.type == "cuda" else None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._last: concurrent.futures.Future[Any] | None = None
         self._lock = threading.Lock()
@@ -85,6 +91,8 @@ class OrderedExecutor:
             except Exception as exc:  # the Work handle re-raises it, as with the worker thread
                 done.set_exception(exc)
             return done
+        if self._cuda is not None:
+            fn = functools.partial(_on_stream, torch.cuda.current_stream(self._cuda), fn)
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=self._name)
@@ -111,3 +119,9 @@ class OrderedExecutor:
                 self._pool.shutdown(wait=True)
                 self._pool = None
             self._last = None
+
+
+def _on_stream(stream: torch.cuda.Stream, fn: Callable[[], Any]) -> Any:
+    """``fn()`` with ``stream`` as this thread's current stream (the issuing thread's, for a queued call)."""
+    with torch.cuda.stream(stream):
+        return fn()
