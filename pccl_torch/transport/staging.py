@@ -86,13 +86,17 @@ class HostStaging:
     def host(self, slot: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
         """Host memory for ``numel`` elements of ``dtype`` in ``slot`` (``"send"``, ``"recv"``): valid until the
         next call of this staging; pinned when CUDA is available."""
+        if self._released is not None:  # the last call's copies back may still read this memory
+            self._released.synchronize()
+            self._released = None
         buffers = self._slots.get(slot)
         if buffers is None:
             buffers = self._slots[slot] = _Buffers(torch.cuda.is_available())
         return buffers.view(numel, dtype)
 
     def run(self, chunks: Sequence[Chunk], device: torch.device) -> None:
-        """Move ``chunks`` through host memory: see the module docstring for the order."""
+        """Move ``chunks`` through host memory (views of :meth:`host`, asked for before): see the module
+        docstring for the order."""
         if device.type != "cuda":
             for chunk in chunks:
                 _copy(chunk.down, non_blocking=False)
@@ -101,8 +105,6 @@ class HostStaging:
             return
         caller = torch.cuda.current_stream(device)
         down, up = self._side_streams(device)
-        if self._released is not None:
-            self._released.synchronize()  # the host may now overwrite what the last call copied back
         down.wait_stream(caller)
         up.wait_stream(caller)
         copied: list[torch.cuda.Event] = []
