@@ -89,9 +89,10 @@ if HAS_TRITON:
         tl.store(out_ptr + offsets, value.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-# _NO_FMA: both kernels launch with enable_fp_fusion=False. On GPUs Triton contracts a multiply followed by an
+# _NO_FMA: both kernels launch with enable_fp_fusion=False. On GPUs Triton may contract a multiply followed by an
 # add into one fma, rounded once (encode: y * 127 + 1.5 * 2^23; decode-accumulate: acc + q * absmax * (1/127)),
-# where torch rounds after each operation: the 2026-12-04 H200 run found the fused SUM off by a rounding.
+# where torch rounds after each operation. The 2026-12-04 H200 run failed the float32 SUM decode-accumulate
+# test (bitwise against torch); an fma is the likely cause, not yet confirmed on a GPU.
 
 
 def blocks_of(n: int) -> int:
