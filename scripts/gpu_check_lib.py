@@ -175,6 +175,27 @@ def _driver(work: Path, name: str) -> dict:
             "all_failure_text": "\n".join(failures)}
 
 
+STAGING_GOAL = 1.3
+"""Issue 32: a staged CUDA collective takes at most this many times its host-tensor time from 16 MiB."""
+
+
+def _staging(work: Path) -> dict:
+    """pccl's time on CUDA tensors (host staging, ``pccl-bench-w2``) over its time on host tensors
+    (``pccl-bench-w2-host``), per label, collective and size from 16 MiB."""
+    staged, host = _load(work / "pccl-bench-w2.json"), _load(work / "pccl-bench-w2-host.json")
+    if not isinstance(staged, list) or not isinstance(host, list):
+        return {"error": "pccl-bench-w2 or -w2-host JSON missing"}
+    on_host = {(r["label"], r["collective"], r["size_bytes"]): r["time_us"] for r in host if r.get("time_us")}
+    ratios: dict[str, dict[str, float]] = {}
+    for r in staged:
+        key = (r["label"], r["collective"], r["size_bytes"])
+        if r["label"].startswith("pccl") and r["size_bytes"] >= 16 * MIB and on_host.get(key) and r.get("time_us"):
+            ratios.setdefault(f"{r['label']} {r['collective']}", {})[f"{r['size_bytes'] // MIB}MiB"] = round(
+                r["time_us"] / on_host[key], 2)
+    missed = {k: v for k, v in ratios.items() if max(v.values()) > STAGING_GOAL}
+    return {"staged_over_host": ratios, "goal": STAGING_GOAL, "goal_missed": missed}
+
+
 def _status(name: str, kind: str, rc: str, seconds: float, limit: str, note: str, work: Path) -> dict:
     entry: dict[str, object] = {"name": name, "kind": kind, "seconds": round(seconds, 1), "limit_s": limit}
     log = work / f"{name}.out"
@@ -196,6 +217,8 @@ def _status(name: str, kind: str, rc: str, seconds: float, limit: str, note: str
     elif name.startswith("pccl-bench"):
         data = _load(work / f"{name}.json")
         details = {"rows": data} if data is not None else {"error": "no pccl-bench JSON"}
+        if name == "pccl-bench-w2-host":
+            details["staging"] = _staging(work)
     failure_text = details.pop("all_failure_text", "") if isinstance(details, dict) else ""
     entry["details"] = details
     if timed_out:
@@ -277,6 +300,10 @@ def summary(work_dir: str, out_dir: str) -> int:
             lines.append(f"      worst vs copy_ at >= 16 MiB: {d['worst_vs_copy']}; copy_ GB/s {d.get('copy_gbps')}")
         if s["name"].startswith("api-") and "passed" in d:
             lines.append(f"      {d.get('passed')} passed, {d.get('failed')} failed, {d.get('seconds')} s, {d.get('mpi')}")
+        if s["name"] == "pccl-bench-w2-host" and "staging" in d:
+            st = d["staging"]
+            lines.append(f"      staged CUDA / host time from 16 MiB (goal <= {STAGING_GOAL}): "
+                         f"{st.get('staged_over_host', st.get('error'))}; missed: {st.get('goal_missed')}")
         if s["name"].startswith("backend") and "checks" in d:
             for check, v in d["checks"].items():
                 lines.append(f"      {v.get('status'):<5} {check}: {str(v.get('reason', ''))[:200]} "
