@@ -181,14 +181,15 @@ STAGING_GOAL = 1.3
 
 def _staging(work: Path) -> dict:
     """pccl's time on CUDA tensors (host staging, ``pccl-bench-w2``) over its time on host tensors
-    (``pccl-bench-w2-host``), per label, collective and size from 16 MiB."""
+    (``pccl-bench-w2-host``), per label, collective and size from 16 MiB, where both ran the same algorithm."""
     staged, host = _load(work / "pccl-bench-w2.json"), _load(work / "pccl-bench-w2-host.json")
     if not isinstance(staged, list) or not isinstance(host, list):
         return {"error": "pccl-bench-w2 or -w2-host JSON missing"}
-    on_host = {(r["label"], r["collective"], r["size_bytes"]): r["time_us"] for r in host if r.get("time_us")}
+    on_host = {(r["label"], r.get("algorithm"), r["collective"], r["size_bytes"]): r["time_us"]
+               for r in host if r.get("time_us")}
     ratios: dict[str, dict[str, float]] = {}
-    for r in staged:
-        key = (r["label"], r["collective"], r["size_bytes"])
+    for r in staged:  # the same algorithm on both (auto may choose NCCL on CUDA and MPI on the host)
+        key = (r["label"], r.get("algorithm"), r["collective"], r["size_bytes"])
         if r["label"].startswith("pccl") and r["size_bytes"] >= 16 * MIB and on_host.get(key) and r.get("time_us"):
             ratios.setdefault(f"{r['label']} {r['collective']}", {})[f"{r['size_bytes'] // MIB}MiB"] = round(
                 r["time_us"] / on_host[key], 2)
