@@ -327,6 +327,9 @@ def _device_for(device: str | torch.device | None, topology: Topology) -> torch.
         device = torch.device("cuda", topology.local_rank % max(torch.cuda.device_count(), 1))
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"unsupported device {device}: pccl_torch runs on 'cpu' or 'cuda' tensors")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device}: torch {torch.__version__} sees no CUDA device here; use device='cpu' "
+                         "(or a CUDA build of torch on a machine with a GPU)")
     return device
 
 

@@ -13,10 +13,15 @@ Every rank writes its failures (``rank_result.write``); ``test_staging.py`` chec
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+from mpi4py import MPI
 
 import pccl_torch as pc
 from pccl_torch.ops import ReduceOp
@@ -145,7 +150,11 @@ def main() -> None:
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    DEVICE = torch.device(parser.parse_args().device)
+    parser.add_argument("--json", help="rank 0 writes every rank's checks here; the launch exits 1 on a failure "
+                                       "(the GPU check's staging-cuda section)")
+    args = parser.parse_args()
+    DEVICE = torch.device(args.device)
+    started = time.perf_counter()
     comm = pc.init(device=DEVICE.type)
     DEVICE = comm.device
     checks = Checks()
@@ -167,9 +176,18 @@ def main() -> None:
         for dtype in DTYPES:
             for n in SIZES:
                 checks.check(f"{algorithm} {dtype} {n}", lambda: public_collectives(comm, algorithm, dtype, n))
+    ranks, rank = comm.topology.world_size, comm.topology.rank
     pc.shutdown()
-    write({"passed": checks.passed, "failures": checks.failures, "world": comm.topology.world_size,
-           "device": DEVICE.type})
+    write({"passed": checks.passed, "failures": checks.failures, "world": ranks, "device": DEVICE.type})
+    if args.json:
+        reports = MPI.COMM_WORLD.allgather((checks.passed, checks.failures))
+        failures = [f"rank {r}: {f}" for r, (_, fs) in enumerate(reports) for f in fs]
+        if rank == 0:
+            Path(args.json).write_text(json.dumps({
+                "passed": sum(p for p, _ in reports), "failed": len(failures), "failures": failures,
+                "ranks": ranks, "device": DEVICE.type, "seconds": round(time.perf_counter() - started, 1),
+                "mpi": MPI.Get_library_version().splitlines()[0]}))
+        sys.exit(1 if failures else 0)
 
 
 if __name__ == "__main__":
