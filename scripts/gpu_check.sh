@@ -348,6 +348,21 @@ else
         --backends pccl,pccl:mpi,pccl:ring,mpi --check --no-progress --json "$WORK/pccl-bench-w2-host.json"
 fi
 
+# -- 5c. host staging of CUDA tensors (issue 32 item 5): correctness and stream order --------------------------
+# Two emulated nodes of one rank: every native collective and point-to-point call of the three MPI levels on CUDA
+# tensors through pinned, chunked staging (64-byte chunks: many per message), inputs written late behind a slow
+# kernel, a caller on a stream of its own; then the public collectives (ring, mpi) on CUDA. Its speed is the
+# staged / host ratio of pccl-bench-w2 against -w2-host (summary line under pccl-bench-w2-host).
+if [ -n "$NO_GPU$NO_MPI" ]; then
+    skip staging-cuda "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+    skip streams-cuda "${NO_GPU}"
+else
+    run_section staging-cuda normal 90 api.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=1 "${NCCL_TWO_HOSTS[@]}" \
+        "$PY" tests/multiprocess/staging_driver.py --device cuda --json "$WORK/staging-cuda.json"
+    run_section streams-cuda normal 40 api.log -- "$PY" -m pytest tests/unit/test_work_cuda.py -q \
+        -p no:cacheprovider -rs
+fi
+
 # -- 5a. the GPT examples on CUDA: DDP, FSDP2, DeepSpeed ZeRO-3, each with torch's NCCL and with pccl ---------
 # Two ranks on the one GPU (NCCL_HOSTID a rank); the same seed, so the losses of the two backends should agree
 # (compare gpt-cuda-*.json: summary.final_train_loss, summary.step_ms).

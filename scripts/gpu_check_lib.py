@@ -210,7 +210,7 @@ def _status(name: str, kind: str, rc: str, seconds: float, limit: str, note: str
         details = _kernels(work)
     elif name.startswith("bench-"):
         details = _bench(work, name.removeprefix("bench-"))
-    elif name.startswith("api-"):
+    elif name.startswith("api-") or name == "staging-cuda":
         details = _driver(work, name)
     elif name.startswith("backend"):
         data = _load(work / f"{name}.json")
@@ -248,7 +248,7 @@ def _status(name: str, kind: str, rc: str, seconds: float, limit: str, note: str
         status = "fail"
         if note:
             reason = f"exit {code}: {note}"
-        elif name.startswith("api-") and details.get("first_failures"):
+        elif (name.startswith("api-") or name == "staging-cuda") and details.get("first_failures"):
             reason = f"exit {code}; {details.get('failed')} failed; first: {details['first_failures'][0][:300]}"
         elif name == "kernels" and details.get("failures"):
             reason = f"exit {code}; first: {details['failures'][0]}"
@@ -299,7 +299,7 @@ def summary(work_dir: str, out_dir: str) -> int:
                                                         for k, v in sorted(d["per_dtype"].items())))
         if s["name"].startswith("bench-") and "worst_vs_copy" in d:
             lines.append(f"      worst vs copy_ at >= 16 MiB: {d['worst_vs_copy']}; copy_ GB/s {d.get('copy_gbps')}")
-        if s["name"].startswith("api-") and "passed" in d:
+        if (s["name"].startswith("api-") or s["name"] == "staging-cuda") and "passed" in d:
             lines.append(f"      {d.get('passed')} passed, {d.get('failed')} failed, {d.get('seconds')} s, {d.get('mpi')}")
         if s["name"] == "pccl-bench-w2-host" and "staging" in d:
             st = d["staging"]
