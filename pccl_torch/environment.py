@@ -110,7 +110,9 @@ VARIABLES: tuple[Variable, ...] = (
              "`1` hands CUDA buffers to MPI directly instead of staging them through host memory "
              "(only for a CUDA-aware MPI build).", "gpus.md"),
     Variable("PCCL_KERNELS", "`auto`, `torch`, `triton`", "`auto`", "communicator creation (checked), each kernel call",
-             "Forces the kernel path: compiled Triton (CUDA), the Triton interpreter, or the torch reference.",
+             "`auto`: on CUDA the path the measured dispatch table gives for the kernel, dtype and size, on CPU "
+             "the torch reference (the Triton interpreter under `TRITON_INTERPRET=1`); `triton` forces compiled "
+             "Triton (CUDA) or the interpreter, `torch` the torch reference.",
              "gpus.md"),
     Variable("PCCL_MACHINES_DIR", "a directory", "unset", "`pccl-sim` / cost model",
              "Extra directory searched first for machine profiles (`NAME.yaml`).", "algorithms.md"),
