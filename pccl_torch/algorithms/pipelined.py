@@ -60,21 +60,35 @@ def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> 
         finish(c, k)
 
 
-def staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport]) -> torch.Tensor:
-    """A tensor every one of ``levels`` can work on, holding ``tensor``: on the host when one of them needs host
-    memory, in float32 when one of them cannot reduce the dtype (``reduce``); ``tensor`` itself when it is."""
+def staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport], *, contents: bool = True) -> torch.Tensor:
+    """A tensor every one of ``levels`` can work on, holding ``tensor`` (``contents``; an output needs only the
+    room): in pinned host memory when one of them needs host memory, in float32 when one of them cannot reduce
+    the dtype (``reduce``); ``tensor`` itself when it is. Results go back with :func:`restore`."""
     host = tensor.is_cuda and any(t.host_memory_only for t in levels)
     upcast = reduce and not all(t.reduces(tensor.dtype) for t in levels)
-    if host:
-        torch.cuda.current_stream(tensor.device).synchronize()
     if not (host or upcast):
         return tensor
-    return tensor.to(device="cpu" if host else tensor.device, dtype=torch.float32 if upcast else tensor.dtype)
+    dtype = torch.float32 if upcast else tensor.dtype
+    if not host:
+        return tensor.to(dtype) if contents else torch.empty_like(tensor, dtype=dtype)
+    copy = torch.empty(tensor.shape, dtype=dtype, pin_memory=True)
+    if contents:  # converted on the device if need be, one copy into page-locked memory, after the caller's work
+        copy.copy_(tensor, non_blocking=True)
+        torch.cuda.current_stream(tensor.device).synchronize()
+    return copy
+
+
+def restore(tensor: torch.Tensor, copy: torch.Tensor) -> None:
+    """``copy``'s results into ``tensor`` (a :func:`staged` copy of it; nothing when it is ``tensor``), in the
+    caller's stream order on CUDA."""
+    if copy is not tensor:
+        tensor.copy_(copy, non_blocking=tensor.is_cuda)
 
 
 def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch.Tensor, chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, inp.numel()
-    host_out, host_in = staged(out, False, (intra, inter)), staged(inp, False, (intra, inter))
+    host_out = staged(out, False, (intra, inter), contents=False)
+    host_in = staged(inp, False, (intra, inter))
     from_nodes = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
     by_local = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
     steps = []
@@ -87,14 +101,13 @@ def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch
             (None, lambda g2=g2, s=start, w=w: unpack_window(g2, host_out, local, nodes, n, s, w), "unpack"),
         ))
     run(steps)
-    if host_out is not out:
-        out.copy_(host_out)
+    restore(out, host_out)
 
 
 def reduce_scatter(intra: Transport, inter: Transport, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp,
                    chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
-    host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter))
+    host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter), contents=False)
     packed = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
     partial = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
     steps = []
@@ -107,8 +120,7 @@ def reduce_scatter(intra: Transport, inter: Transport, inp: torch.Tensor, out: t
             (inter, lambda q=q, o=host_out[start:stop]: inter.start_reduce_scatter(o, q, op), "inter reduce-scatter"),
         ))
     run(steps)
-    if host_out is not out:
-        out.copy_(host_out)
+    restore(out, host_out)
 
 
 def all_reduce(intra: Transport, inter: Transport, buf: torch.Tensor, op: ReduceOp, chunks: int) -> None:
@@ -134,5 +146,4 @@ def all_reduce(intra: Transport, inter: Transport, buf: torch.Tensor, op: Reduce
     run(steps)
     if work is not host:
         host.copy_(work[:n])
-    if host is not buf:
-        buf.copy_(host)
+    restore(buf, host)

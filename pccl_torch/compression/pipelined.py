@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from pccl_torch.algorithms.pipelined import chunk_bounds, run, staged
+from pccl_torch.algorithms.pipelined import chunk_bounds, restore, run, staged
 from pccl_torch.compression.formats import WireFormat
 from pccl_torch.compression.schedules import accumulator_dtype, combine_in_rank_order, decode_node_major, slots
 from pccl_torch.ops import ReduceOp
@@ -44,7 +44,8 @@ def all_gather(fmt: WireFormat, intra: Transport, inter: Transport, out: torch.T
     nodes, local, n = inter.size, intra.size, inp.numel()
     if n == 0:
         return
-    host_out, host_in = staged(out, False, (intra, inter)), staged(inp, False, (intra, inter))
+    host_out = staged(out, False, (intra, inter), contents=False)
+    host_in = staged(inp, False, (intra, inter))
     steps = []
     for start, stop in chunk_bounds(n, chunks, multiple=QBLOCK):
         width = fmt.wire_bytes(stop - start, inp.dtype)
@@ -59,8 +60,7 @@ def all_gather(fmt: WireFormat, intra: Transport, inter: Transport, out: torch.T
                 fmt, e, width, local, nodes, host_out, w, True, stride=n, offset=start), "decode"),
         ))
     run(steps)
-    if host_out is not out:
-        out.copy_(host_out)
+    restore(out, host_out)
 
 
 def reduce_scatter(fmt: WireFormat, intra: Transport, inter: Transport, inp: torch.Tensor, out: torch.Tensor,
@@ -68,7 +68,7 @@ def reduce_scatter(fmt: WireFormat, intra: Transport, inter: Transport, inp: tor
     nodes, local, n, node = inter.size, intra.size, out.numel(), inter.rank
     if n == 0:
         return
-    host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter))
+    host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter), contents=False)
     acc_dtype = accumulator_dtype(host_out.dtype)
     steps = []
     for start, stop in chunk_bounds(n, chunks, multiple=QBLOCK):
@@ -95,8 +95,7 @@ def reduce_scatter(fmt: WireFormat, intra: Transport, inter: Transport, inp: tor
             (None, combine, "decode and combine"),
         ))
     run(steps)
-    if host_out is not out:
-        out.copy_(host_out)
+    restore(out, host_out)
 
 
 def all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.Tensor, op: ReduceOp,
@@ -144,5 +143,4 @@ def all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.T
     run(steps)
     if work is not host:
         host.copy_(work[:n])
-    if host is not buf:
-        buf.copy_(host)
+    restore(buf, host)
