@@ -27,7 +27,7 @@ import torch
 
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
-from pccl_torch.transport.staging import chunk_bounds
+from pccl_torch.transport.staging import chunk_bounds, transfer
 from pccl_torch.triton_kernels import pack_window, unpack_window
 
 #: A step of one chunk: starts its collective and returns the request, or does local work and returns None.
@@ -73,7 +73,7 @@ def staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport], *, c
         return tensor.to(dtype) if contents else torch.empty_like(tensor, dtype=dtype)
     copy = torch.empty(tensor.shape, dtype=dtype, pin_memory=True)
     if contents:  # converted on the device if need be, one copy into page-locked memory, after the caller's work
-        copy.copy_(tensor, non_blocking=True)
+        transfer(tensor, copy, non_blocking=True)
         torch.cuda.current_stream(tensor.device).synchronize()
     return copy
 
@@ -82,7 +82,7 @@ def restore(tensor: torch.Tensor, copy: torch.Tensor) -> None:
     """``copy``'s results into ``tensor`` (a :func:`staged` copy of it; nothing when it is ``tensor``), in the
     caller's stream order on CUDA."""
     if copy is not tensor:
-        tensor.copy_(copy, non_blocking=tensor.is_cuda)
+        transfer(copy, tensor, non_blocking=tensor.is_cuda)
 
 
 def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch.Tensor, chunks: int) -> None:

@@ -133,14 +133,17 @@ class HostStaging:
 
 
 def _copy(copies: Sequence[Copy], *, non_blocking: bool) -> None:
-    """Each copy; on CUDA (``non_blocking``) a change of dtype is made on the device, so the host side is one
-    transfer with page-locked memory (torch's own cross-device ``copy_`` converts on the CPU, through pageable
-    temporaries that make the transfer synchronous)."""
     for source, destination in copies:
-        if non_blocking and source.dtype != destination.dtype:
-            source = source.to(destination.dtype) if source.is_cuda else \
-                source.to(destination.device, non_blocking=True)
-        destination.copy_(source, non_blocking=non_blocking)
+        transfer(source, destination, non_blocking=non_blocking)
+
+
+def transfer(source: torch.Tensor, destination: torch.Tensor, *, non_blocking: bool) -> None:
+    """``destination.copy_(source)``; on CUDA (``non_blocking``) a change of dtype is made on the device, so the
+    host side is one transfer with page-locked memory (torch's own cross-device ``copy_`` converts on the CPU,
+    through pageable temporaries that make the transfer synchronous)."""
+    if non_blocking and source.dtype != destination.dtype:
+        source = source.to(destination.dtype) if source.is_cuda else source.to(destination.device, non_blocking=True)
+    destination.copy_(source, non_blocking=non_blocking)
 
 
 def wire_dtype(dtype: torch.dtype, reduce: bool, reducible: Callable[[torch.dtype], bool]) -> torch.dtype:

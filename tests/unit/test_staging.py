@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from pccl_torch.transport.staging import CHUNK_BYTES, MAX_CHUNKS, Chunk, HostStaging, chunk_bounds, chunk_count
+from pccl_torch.transport.staging import (CHUNK_BYTES, MAX_CHUNKS, Chunk, HostStaging, chunk_bounds, chunk_count,
+                                         transfer)
 
 
 def test_chunks_cover_the_message_once() -> None:
@@ -49,3 +50,9 @@ def test_host_schedule_runs_each_chunk_in_order() -> None:
     staging.run(chunks, torch.device("cpu"))
     assert seen == [6.0, 22.0, 38.0]
     assert torch.equal(target, 2 * source)
+
+
+def test_transfer_converts_dtypes() -> None:
+    source, destination = torch.arange(6, dtype=torch.bfloat16), torch.zeros(6)
+    transfer(source, destination, non_blocking=False)
+    assert destination.dtype == torch.float32 and torch.equal(destination, torch.arange(6.0))
