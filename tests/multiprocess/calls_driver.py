@@ -8,7 +8,6 @@ Every rank writes its failures (``rank_result.write``); ``test_calls.py`` checks
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 
 import torch
@@ -20,7 +19,7 @@ from pccl_torch.selection import attach
 from pccl_torch.communicator import create
 from pccl_torch.errors import PcclMismatchError
 
-from rank_result import write
+from rank_result import Checks, write
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64)
 SIZES = (0, 1, 7, 1000)
@@ -59,18 +58,6 @@ def as_op(op: str, torch_object: bool, call: int) -> object:
 def same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     torch.testing.assert_close(got, want, atol=0, rtol=1e-2 if got.dtype == torch.bfloat16 else 1e-6,
                                msg=lambda m: f"{what}: {m}")
-
-
-class Checks:
-    def __init__(self, rank: int) -> None:
-        self.rank, self.passed, self.failures = rank, 0, []
-
-    def check(self, name: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-            self.passed += 1
-        except Exception:  # recorded with its traceback; every rank goes on to the next check
-            self.failures.append(f"{name}: {traceback.format_exc(limit=3)}")
 
 
 def expect(kind: type[Exception], fragment: str, call: Callable[[], object]) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 RESULT_DIR_ENV = "PCCL_TEST_RESULT_DIR"
@@ -35,3 +37,18 @@ def write(result: dict, rank: int | None = None) -> Path | None:
     temporary.write_text(json.dumps({**result, "rank": rank}))
     temporary.replace(path)
     return path
+
+
+class Checks:
+    """A rank's checks: each runs, counts as passed or records its failure with a traceback, and the rank goes on
+    to the next one (every rank runs every collective, so one wrong result does not hang the others)."""
+
+    def __init__(self, rank: int = 0, *, frames: int = 3) -> None:
+        self.rank, self.passed, self.failures, self._frames = rank, 0, [], frames
+
+    def check(self, name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+            self.passed += 1
+        except Exception:  # recorded with its traceback; the rank goes on to the next check
+            self.failures.append(f"{name}: {traceback.format_exc(limit=self._frames)}")

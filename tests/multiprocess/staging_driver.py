@@ -16,8 +16,6 @@ import argparse
 import json
 import sys
 import time
-import traceback
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,7 +25,7 @@ import pccl_torch as pc
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.mpi import MPITransport
 
-from rank_result import write
+from rank_result import Checks, write
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64)
 SIZES = (0, 1, 7, 1000, 4099)
@@ -67,18 +65,6 @@ def exact(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 def empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(numel, dtype=dtype, device=DEVICE)
-
-
-class Checks:
-    def __init__(self) -> None:
-        self.passed, self.failures = 0, []
-
-    def check(self, name: str, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-            self.passed += 1
-        except Exception:  # recorded with its traceback; every rank goes on to the next check
-            self.failures.append(f"{name}: {traceback.format_exc(limit=4)}")
 
 
 def native_collectives(t: MPITransport, dtype: torch.dtype, n: int) -> None:
@@ -157,7 +143,7 @@ def main() -> None:
     started = time.perf_counter()
     comm = pc.init(device=DEVICE.type)
     DEVICE = comm.device
-    checks = Checks()
+    checks = Checks(frames=4)
     transports = [t for t in (comm.world, comm.inter, comm.intra_mpi) if isinstance(t, MPITransport)]
     for transport in transports:
         transport.stage_host_tensors = DEVICE.type == "cpu"
