@@ -325,7 +325,7 @@ class MPITransport(Transport):
     def _chunks(self, numel: int, dtype: torch.dtype, parts: int) -> list[tuple[int, int]]:
         """Bounds of the chunks of a row of ``numel`` elements of ``dtype`` in a message of ``parts`` such rows
         (the same on every rank: it depends on the message's size only)."""
-        nbytes = numel * parts * torch.empty((), dtype=dtype).element_size()
+        nbytes = numel * parts * dtype.itemsize
         return chunk_bounds(numel, chunk_count(nbytes, self.staging.chunk_bytes))
 
     def _staged_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:

@@ -65,7 +65,7 @@ class _Buffers:
     memory: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.uint8))
 
     def view(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        nbytes = numel * dtype.itemsize
         if self.memory.numel() < nbytes:
             size = 1 << max(nbytes - 1, 0).bit_length()
             self.memory = torch.empty(size, dtype=torch.uint8, pin_memory=self.pinned)
