@@ -71,10 +71,10 @@ NETWORK_HIER_FROM = {"all_gather": 256 * 1024, "reduce_scatter": 256 * 1024, "al
 # at 64 KiB (0.5 ms) and lost at 256 KiB (2.1 ms). All-reduce keeps its threshold: MPICH's flat all-reduce stayed
 # within 10% of the best fixed algorithm up to 1 MiB at both rates.
 NETWORK_HIER_LINK_SECONDS = 1.5e-3
-# All-reduce below this much link time runs hierarchical with recursive doubling between nodes: MPICH's flat
-# all-reduce was 1.9-2.4x slower at 64 KiB and 1.11-1.16x at 256 KiB at 1 Gbit/s (2.1 ms of link time), 1.08x at
-# 64 KiB at 200 Mbit/s (2.6 ms), and 8% faster at 256 KiB there (10 ms); from 1 MiB it was the best at both rates.
-NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS = 3e-3
+# Small all-reduces stay flat: a rule that sent them hierarchical (recursive doubling between nodes) below 3 ms of
+# link time, after MPICH's flat all-reduce was measured 1.9-2.4x slower at 64 KiB (2026-12-04), lost on 2026-12-05
+# at every size it covered: 2 x 2 testbed, 4-256 KiB, pccl's flat `mpi` over that choice 1.7-1.8x (4-64 KiB) and
+# 1.16x (256 KiB) at 1 Gbit/s, 1.27-1.79x (4-64 KiB) at 200 Mbit/s.
 NETWORK_PIPELINE_FROM = 1 << 20
 # All-to-all across a network: MPI's own at every size measured. On the testbed (2 nodes x 2, 1 Gbit/s and 200
 # Mbit/s, 4 KiB-16 MiB) flat MPI ran at the link bound from 1 MiB, and the two-level all-to-all, which sends the same
@@ -91,14 +91,10 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     """The choice for ``nodes`` nodes of several ranks joined by a network (``Topology.networked``); with a
     node count that is not a power of two, all-reduce and reduce-scatter go over the ring between nodes from
     :data:`NETWORK_RING_FROM`. ``inter_bytes_per_s``: the inter-node link's measured bandwidth, which moves the
-    all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`) and sends small
-    all-reduces hierarchical (:data:`NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS`)."""
+    all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`)."""
     if collective == "all_to_all":
         return NETWORK_ALL_TO_ALL
     uneven = nodes & (nodes - 1) and collective != "all_gather"
-    if (inter_bytes_per_s and collective == "all_reduce" and not uneven
-            and nbytes < inter_bytes_per_s * NETWORK_SMALL_ALL_REDUCE_LINK_SECONDS):
-        return HIER_PREFIX + "recursive_doubling"
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":
         hier_from = min(hier_from, int(inter_bytes_per_s * NETWORK_HIER_LINK_SECONDS))
