@@ -37,7 +37,7 @@ from pccl_torch import failure_notice, watchdog
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
-from pccl_torch.transport.staging import Chunk, HostStaging, blocks, chunk_bounds, chunk_count, wire_dtype
+from pccl_torch.transport.staging import Chunk, HostStaging, blocks, chunk_bounds, chunk_count
 
 _MPI_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
 # MPI has no 16-bit float types: native reductions on them run on a float32 copy.
@@ -330,60 +330,51 @@ class MPITransport(Transport):
         nbytes = numel * parts * dtype.itemsize
         return chunk_bounds(numel, chunk_count(nbytes, self.staging.chunk_bytes))
 
-    def _staged_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        world, n = self._size, inp.numel()
-        host_in = self.staging.host("send", n, inp.dtype)
-        host_out = self.staging.host("recv", world * n, inp.dtype)
-        src, rows = inp.reshape(-1), blocks(out, world)
+    def _staged(self, source: torch.Tensor, target: torch.Tensor, rows: tuple[int, int], dtype: torch.dtype,
+                work: Callable[[torch.Tensor, torch.Tensor], None]) -> None:
+        """Through host staging: ``source`` as ``rows[0]`` rows and ``target`` as ``rows[1]`` rows of one width
+        (one row a rank, or the whole buffer), in ``dtype`` on the host; chunk ``c`` copies columns ``lo:hi`` of
+        every source row down, runs ``work(target_chunk, source_chunk)`` on them (the host path of the same
+        collective) and copies the target chunk back. ``target is source``: in place, one host buffer."""
+        rows_in, rows_out = rows
+        width = source.numel() // rows_in
+        host_in = self.staging.host("send", rows_in * width, dtype)
+        host_out = host_in if target is source else self.staging.host("recv", rows_out * width, dtype)
+        src, dst = blocks(source, rows_in), blocks(target, rows_out)
         chunks = []
-        for lo, hi in self._chunks(n, inp.dtype, world):
-            gathered = host_out[world * lo:world * hi]
-            chunks.append(Chunk([(src[lo:hi], host_in[lo:hi])],
-                                functools.partial(self._host_all_gather, gathered, host_in[lo:hi]),
-                                [(gathered.view(world, hi - lo), rows[:, lo:hi])]))
-        self.staging.run(chunks, (out if out.is_cuda else inp).device)
+        for lo, hi in self._chunks(width, dtype, max(rows_in, rows_out)):
+            sent, received = host_in[rows_in * lo:rows_in * hi], host_out[rows_out * lo:rows_out * hi]
+            chunks.append(Chunk([(src[:, lo:hi], sent.view(rows_in, hi - lo))],
+                                functools.partial(work, received, sent),
+                                [(received.view(rows_out, hi - lo), dst[:, lo:hi])]))
+        self.staging.run(chunks, (source if source.is_cuda else target).device)
+
+    def _staged_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        self._staged(inp, out, (1, self._size), inp.dtype, self._host_all_gather)
 
     def _staged_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> None:
-        world, n = self._size, out.numel()
-        wire = wire_dtype(inp.dtype, True, self.reduces)
-        host_in, host_out = self.staging.host("send", world * n, wire), self.staging.host("recv", n, wire)
-        rows, dst = blocks(inp, world), out.reshape(-1)
-        chunks = []
-        for lo, hi in self._chunks(n, wire, world):
-            gathered = host_in[world * lo:world * hi]
-            chunks.append(Chunk([(rows[:, lo:hi], gathered.view(world, hi - lo))],
-                                functools.partial(self._host_reduce_scatter, host_out[lo:hi], gathered, op),
-                                [(host_out[lo:hi], dst[lo:hi])]))
-        self.staging.run(chunks, (inp if inp.is_cuda else out).device)
+        self._staged(inp, out, (self._size, 1), _UPCAST.get(inp.dtype, inp.dtype),
+                     lambda o, i: self._host_reduce_scatter(o, i, op))
 
     def _staged_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
-        host = self.staging.host("send", tensor.numel(), wire_dtype(tensor.dtype, True, self.reduces))
-        flat = tensor.reshape(-1)
-        chunks = [Chunk([(flat[lo:hi], host[lo:hi])], functools.partial(self._host_all_reduce, host[lo:hi], op),
-                        [(host[lo:hi], flat[lo:hi])])
-                  for lo, hi in self._chunks(tensor.numel(), host.dtype, 1)]
-        self.staging.run(chunks, tensor.device)
+        self._staged(tensor, tensor, (1, 1), _UPCAST.get(tensor.dtype, tensor.dtype),
+                     lambda o, _: self._host_all_reduce(o, op))
 
     def _staged_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
                            recv_counts: Sequence[int]) -> None:
-        world, device = self._size, (out if out.is_cuda else inp).device
+        world, first = self._size, send_counts[0]
+        if all(c == first for c in send_counts) and all(c == first for c in recv_counts):
+            def exchange(o: torch.Tensor, i: torch.Tensor) -> None:
+                self._host_all_to_all(o, i, [i.numel() // world] * world, [o.numel() // world] * world)
+
+            self._staged(inp.reshape(-1)[:world * first], out.reshape(-1)[:world * first], (world, world),
+                         inp.dtype, exchange)
+            return
         host_in = self.staging.host("send", inp.numel(), inp.dtype)
         host_out = self.staging.host("recv", out.numel(), out.dtype)
-        first = send_counts[0]
-        if not (all(c == first for c in send_counts) and all(c == first for c in recv_counts)):
-            work = functools.partial(self._host_all_to_all, host_out, host_in, send_counts, recv_counts)
-            self.staging.run([Chunk([(inp.reshape(-1), host_in)], work, [(host_out, out.reshape(-1))])], device)
-            return
-        sources, targets = blocks(inp.reshape(-1)[:world * first], world), blocks(out.reshape(-1)[:world * first],
-                                                                                   world)
-        chunks = []
-        for lo, hi in self._chunks(first, inp.dtype, world):
-            w = hi - lo
-            sent, received = host_in[world * lo:world * hi], host_out[world * lo:world * hi]
-            chunks.append(Chunk([(sources[:, lo:hi], sent.view(world, w))],
-                                functools.partial(self._host_all_to_all, received, sent, [w] * world, [w] * world),
-                                [(received.view(world, w), targets[:, lo:hi])]))
-        self.staging.run(chunks, device)
+        work = functools.partial(self._host_all_to_all, host_out, host_in, send_counts, recv_counts)
+        self.staging.run([Chunk([(inp.reshape(-1), host_in)], work, [(host_out, out.reshape(-1))])],
+                         (out if out.is_cuda else inp).device)
 
     def _watch(self, what: str) -> watchdog.Watch:
         """The watchdog's watch of this transport's blocking ``what`` (one per kind, made at its first call)."""

@@ -146,11 +146,6 @@ def transfer(source: torch.Tensor, destination: torch.Tensor, *, non_blocking: b
     destination.copy_(source, non_blocking=non_blocking)
 
 
-def wire_dtype(dtype: torch.dtype, reduce: bool, reducible: Callable[[torch.dtype], bool]) -> torch.dtype:
-    """The dtype a staged message has on the host: float32 for a reduction MPI cannot do on ``dtype``."""
-    return torch.float32 if reduce and not reducible(dtype) else dtype
-
-
 def blocks(tensor: torch.Tensor, parts: int) -> torch.Tensor:
     """A contiguous tensor as ``parts`` rows (one a rank), for chunking every rank's block alike."""
     return tensor.reshape(parts, tensor.numel() // parts)
