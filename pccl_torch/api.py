@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pccl_torch import calls
+from pccl_torch import calls, communicator, hotpath
 from pccl_torch.algorithms import Collective
 from pccl_torch.selection import attach, choice_of
 from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, default_communicator, is_initialized,
@@ -77,9 +77,11 @@ def choose_algorithm(collective: Collective, nbytes: int, comm: Communicator | N
 
 def _bind(comm: Communicator, keys: tuple[tuple | None, ...], collective: Collective, algorithm: str | None,
           nbytes: int, dtype: torch.dtype, numel: int, op: ReduceOp | None, compression: str | None, async_op: bool,
-          body: Callable[[Plan, bool], calls.Body]) -> calls.BoundCall:
+          body: Callable[[Plan, bool], calls.Body], hot: tuple[int, int] = (0, 0)) -> calls.BoundCall:
     """Choose the plan of a validated call and bind it (``pccl_torch.calls``); kept under each of ``keys`` for
-    the later calls of the shape unless online tuning is still trying candidates for it."""
+    the later calls of the shape unless online tuning is still trying candidates for it. A kept shape of a plain
+    call (no algorithm, format or async) on MPI's own collective also goes to the compiled hot path
+    (``pccl_torch.hotpath``), keyed by ``hot``: the element counts of its two tensors as the extension reads them."""
     choice = comm.choice if comm.choice is not None else choice_of(comm)
     plan, final = choice.bind_plan(comm, collective, algorithm, nbytes, dtype,  # type: ignore[attr-defined]
                                    compression)
@@ -89,7 +91,14 @@ def _bind(comm: Communicator, keys: tuple[tuple | None, ...], collective: Collec
     # (checking mode exists to report such calls cleanly, and an unmatched *_init would wedge the communicator).
     keep = final and not async_op and not comm.check
     bound = calls.BoundCall(comm, plan, body(plan, keep), nbytes, async_op, calls.signature(plan, dtype, numel, op))
-    return calls.remember(comm, keys, bound) if final else bound
+    if not final:
+        return bound
+    spec = getattr(bound.body, "hot", None)
+    if spec is not None and comm.hot is not None and bound.signature is None and algorithm is None and \
+            compression is None and not async_op:
+        hotpath.register(comm.hot, collective, dtype, hot[0], hot[1], spec.op if op is not None else None, bound,
+                         spec)
+    return calls.remember(comm, keys, bound)
 
 
 def _on(comm: Communicator, tensor: torch.Tensor) -> bool:
@@ -161,7 +170,8 @@ def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *, algorit
     if bound is None:
         nbytes = output.numel() * output.element_size()
         bound = _bind(comm, (key,), "all_gather", algorithm, nbytes, output.dtype, output.numel(), None, compression,
-                      async_op, lambda plan, keep: calls.all_gather_body(comm, plan, nbytes, keep))
+                      async_op, lambda plan, keep: calls.all_gather_body(comm, plan, nbytes, keep),
+                      (output.numel(), input.numel()))
     return bound(output, None if in_place else input)
 
 
@@ -203,7 +213,7 @@ def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, op: Any = R
         bound = _bind(comm, (canonical, key), "reduce_scatter", algorithm, nbytes, input.dtype, input.numel(),
                       reduction.op, compression, async_op,
                       lambda plan, keep: calls.reduce_scatter_body(comm, plan, reduction, input.dtype, nbytes,
-                                                                   keep))
+                                                                   keep), (input.numel(), output.numel()))
     return bound(output, input)
 
 
@@ -236,7 +246,8 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
         nbytes = tensor.numel() * tensor.element_size()
         bound = _bind(comm, (canonical, key), "all_reduce", algorithm, nbytes, tensor.dtype, tensor.numel(),
                       reduction.op, compression, async_op,
-                      lambda plan, keep: calls.all_reduce_body(comm, plan, reduction, tensor.dtype, nbytes, keep))
+                      lambda plan, keep: calls.all_reduce_body(comm, plan, reduction, tensor.dtype, nbytes, keep),
+                      (tensor.numel(), 0))
     return bound(tensor)
 
 
@@ -303,9 +314,20 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     bound = _lookup(comm, key)  # the key the cached path built: tensors, so it could
     if bound is None:
         bound = _bind(comm, (key,), "all_to_all", algorithm, nbytes, input.dtype, input.numel(), None, compression,
-                      async_op, lambda plan, keep: calls.all_to_all_body(comm, plan, input.numel(), nbytes))
+                      async_op, lambda plan, keep: calls.all_to_all_body(comm, plan, input.numel(), nbytes),
+                      (input.numel(), 0))
     return bound(output, input)
 
+
+# The public calls: a bound shape's later calls in the compiled hot path, every other call in the functions above.
+hotpath.setup(vars(communicator), "_DEFAULT",
+              [(obj, mpi_name) for op, mpi_name in ((ReduceOp.SUM, "SUM"), (ReduceOp.PRODUCT, "PROD"),
+                                                    (ReduceOp.MIN, "MIN"), (ReduceOp.MAX, "MAX"))
+               for obj in (op, getattr(dist.ReduceOp, op.name))])
+all_reduce = hotpath.entry("all_reduce", all_reduce)
+all_gather_into_tensor = hotpath.entry("all_gather", all_gather_into_tensor)
+reduce_scatter_tensor = hotpath.entry("reduce_scatter", reduce_scatter_tensor)
+all_to_all_single = hotpath.entry("all_to_all", all_to_all_single)
 
 # torch 2.13 names for the same calls.
 all_gather_single = all_gather_into_tensor

@@ -146,7 +146,7 @@ def make_room(comm) -> None:
     the persistent collectives its bound calls held. It counts shapes bound, which every rank binds at the same
     calls, so every rank starts over at the same call (binding a persistent collective is collective)."""
     if comm.bound_shapes >= MAX_SHAPES:
-        comm.calls.clear()
+        comm.forget_calls()
         comm.bound_shapes = 0
         if isinstance(comm.world, MPITransport):
             comm.world.release_persistent()
@@ -247,6 +247,7 @@ def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dty
             o, i = out.data_ptr(), inp.data_ptr()
             return body(out, inp) if out_bytes and o < i + nbytes and i < o + out_bytes else native(out, inp)
 
+        direct.hot = getattr(native, "hot", None)  # the compiled hot path re-checks aliasing itself
         return direct
     return body
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from pccl_torch import failure_notice, launcher
+from pccl_torch import failure_notice, hotpath, launcher
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.topology import Topology, detect
 from pccl_torch.triton_kernels._backend import wants_triton
@@ -193,6 +193,8 @@ class Communicator:
     """The call-shape cache: a bound call per call shape (``pccl_torch.calls``), dropped with the communicator."""
     bound_shapes: int = 0
     """Shapes bound into :attr:`calls` since it last started over."""
+    hot: object | None = field(default=None, repr=False)
+    """The bound shapes the compiled hot path runs (``pccl_torch.hotpath``; None without it)."""
     on_device: Callable[[torch.Tensor], bool] = field(init=False, repr=False)
     """Whether a tensor lives on this communicator's device (a C-level getter for CPU: the call-shape cache asks
     on every call)."""
@@ -202,6 +204,7 @@ class Communicator:
         self.on_device = operator.attrgetter("is_cpu") if self.device.type == "cpu" else \
             (lambda tensor: tensor.get_device() == index)
         wants_triton(torch.empty(0, device=self.device))  # a bad PCCL_KERNELS fails here, not mid-collective
+        self.hot = hotpath.table()
         _LIVE.add(self)
         topo = self.topology
         everyone = range(topo.world_size)
@@ -266,6 +269,12 @@ class Communicator:
         self.sequence += 1
         return self.sequence
 
+    def forget_calls(self) -> None:
+        """Drop every bound call shape, in Python and in the hot path (before their persistent collectives go)."""
+        if self.hot is not None:
+            self.hot.clear()
+        self.calls.clear()
+
     def close(self) -> None:
         """Finish queued work and free the communicators (collective: every rank must call it).
 
@@ -273,7 +282,7 @@ class Communicator:
         transports are dropped, not freed."""
         if self.closed:
             return
-        self.calls.clear()
+        self.forget_calls()
         self.executor.shutdown()
         if self.broken is None:
             for transport in (self.inter, self.intra_mpi, self.intra_torch, self.world):
@@ -298,7 +307,7 @@ def _release_bound_calls() -> None:
     the interpreter is whole, and not in its final teardown, where freeing its torch groups' threads aborted
     the process ("terminate called without an active exception")."""
     for comm in live_communicators():
-        comm.calls.clear()
+        comm.forget_calls()
     gc.collect()
 
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 import torch.distributed as dist
 
+from pccl_torch import hotpath
 from pccl_torch.communicator import Communicator, default_communicator, live_communicators
 
 Source = Communicator | dist.ProcessGroup | Literal["all"] | None
@@ -25,7 +26,9 @@ def stats(source: Source = None) -> dict[str, dict]:
     MPI launch, ``torch:gloo`` / ``torch:nccl`` without one: ``pccl_torch.launcher``); ``tuning``: with online tuning,
     each call shape's candidates and their agreed times in microseconds, the one chosen and whether it was tuned
     in this run or read from the cache (``pccl_torch.selection.tuning``); ``links``: the latency and bandwidth
-    measured inside and between nodes across a network (``pccl_torch.selection.links``; None on one machine).
+    measured inside and between nodes across a network (``pccl_torch.selection.links``; None on one machine);
+    ``hotpath``: ``calls``, how many of the calls counted ran in the compiled hot path (``pccl_torch.hotpath``),
+    and ``why_not`` where it is not used.
 
     ``source``: None, the communicator of ``init()``; a :class:`Communicator`; a ``pccl`` process group (its
     communicators); ``"all"``, every live communicator and pccl group of this process, summed.
@@ -55,6 +58,9 @@ def stats(source: Source = None) -> dict[str, dict]:
     result: dict[str, dict] = {key: dict(counter) for key, counter in totals.items()}
     result["links"] = next((comm.choice.links.as_dict() for comm in comms if comm.choice is not None
                             and comm.choice.links.source != "none"), None)
+    result["hotpath"] = {"calls": sum(hotpath.hits(comm) for comm in comms)}
+    if not hotpath.available:
+        result["hotpath"]["why_not"] = hotpath.why_not
     result["tuning"] = {key: entry for comm in comms if comm.choice is not None and comm.choice.tuner is not None
                         for key, entry in comm.choice.tuner.report.items()}
     return result

@@ -114,6 +114,10 @@ VARIABLES: tuple[Variable, ...] = (
              "the torch reference (the Triton interpreter under `TRITON_INTERPRET=1`); `triton` forces compiled "
              "Triton (CUDA) or the interpreter, `torch` the torch reference.",
              "gpus.md"),
+    Variable("PCCL_HOTPATH", "`on`, `off`", "`on`", "`import pccl_torch`",
+             "`off` runs every call through the Python layers instead of the compiled hot path (a bound shape's "
+             "later calls in C++; used only where it is built, `python -m pccl_torch.hotpath.build`).",
+             "architecture.md"),
     Variable("PCCL_MACHINES_DIR", "a directory", "unset", "`pccl-sim` / cost model",
              "Extra directory searched first for machine profiles (`NAME.yaml`).", "algorithms.md"),
 )

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from mpi4py import MPI
 
-from pccl_torch import failure_notice, watchdog
+from pccl_torch import failure_notice, hotpath, watchdog
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
@@ -406,9 +406,17 @@ class MPITransport(Transport):
         """In-place all-reduce of a host tensor of ``dtype`` and ``nbytes``."""
         if self._size == 1:
             return _unchanged
-        if not self.blocking or dtype not in _MPI_TYPES:
+        if dtype not in _MPI_TYPES:
             return None
-        watch, datatype, mpi_op = self._watch("MPI's native all-reduce"), _MPI_TYPES[dtype], _MPI_OPS[op]
+        datatype, mpi_op, what = _MPI_TYPES[dtype], _MPI_OPS[op], "MPI's native all-reduce"
+        if not self.blocking:
+            def run_polled(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
+                request = self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, datatype), mpi_op)
+                self._complete_collective(request, what, nbytes)
+                return tensor
+
+            return self._polled(run_polled, what, nbytes, datatype, mpi_op, nbytes // dtype.itemsize)
+        watch = self._watch(what)
         failed = self._failure_of(watch)
         staged = self._staging(nbytes, persistent)
         if staged is not None:
@@ -427,6 +435,8 @@ class MPITransport(Transport):
                 view[:] = staged
                 return tensor
 
+            run_persistent.hot = self._hot_spec(datatype, mpi_op, nbytes // dtype.itemsize, watch, failed, request,
+                                                staged)
             return run_persistent
         allreduce = self.comm.Allreduce
         last: list = [None, None]  # the buffer's address, its message
@@ -438,6 +448,7 @@ class MPITransport(Transport):
             _call_watched(watch, failed, allreduce, MPI.IN_PLACE, last[1], mpi_op)
             return tensor
 
+        run.hot = self._hot_spec(datatype, mpi_op, nbytes // dtype.itemsize, watch, failed)
         return run
 
     def bind_all_gather(self, nbytes: int, *, persistent: bool = False) -> BoundNative | None:
@@ -445,9 +456,15 @@ class MPITransport(Transport):
         rank's block of the output already (MPI's ``IN_PLACE``)."""
         if self._size == 1:
             return _bound_copy(nbytes)
+        what, total = "MPI's native all-gather", nbytes * self._size
         if not self.blocking:
-            return None
-        watch, total = self._watch("MPI's native all-gather"), nbytes * self._size
+            def run_polled(out: torch.Tensor, inp: torch.Tensor | None) -> torch.Tensor:
+                send = MPI.IN_PLACE if inp is None else _buffer(inp)
+                self._complete_collective(self.comm.Iallgather(send, _buffer(out)), what, total)
+                return out
+
+            return self._polled(run_polled, what, total, MPI.BYTE, MPI.OP_NULL, nbytes)
+        watch = self._watch(what)
         failed = self._failure_of(watch)
         staged_in, staged_out = self._staging(nbytes, persistent), self._staging(total, persistent)
         if staged_in is not None and staged_out is not None:
@@ -472,6 +489,8 @@ class MPITransport(Transport):
                 seen[1][:] = staged_out
                 return out
 
+            run_persistent.hot = self._hot_spec(MPI.BYTE, MPI.OP_NULL, nbytes, watch, failed, request, staged_in,
+                                                staged_out)
             return run_persistent
         allgather = self.comm.Allgather
         last: list = [None, None, None, None]  # output address, its buffer, input address, its buffer
@@ -490,6 +509,7 @@ class MPITransport(Transport):
             _call_watched(watch, failed, allgather, send, last[1])
             return out
 
+        run.hot = self._hot_spec(MPI.BYTE, MPI.OP_NULL, nbytes, watch, failed)
         return run
 
     def bind_reduce_scatter(self, dtype: torch.dtype, nbytes: int, op: ReduceOp, *,
@@ -497,11 +517,19 @@ class MPITransport(Transport):
         """Reduce-scatter of a host input of ``nbytes`` (every rank's blocks) into an output in other memory."""
         if self._size == 1:
             return _bound_copy(nbytes)
-        if not self.blocking or dtype not in _MPI_TYPES:
+        if dtype not in _MPI_TYPES:
             return None
-        watch, datatype, mpi_op = self._watch("MPI's native reduce-scatter"), _MPI_TYPES[dtype], _MPI_OPS[op]
-        failed = self._failure_of(watch)
+        datatype, mpi_op, what = _MPI_TYPES[dtype], _MPI_OPS[op], "MPI's native reduce-scatter"
         block = nbytes // self._size
+        if not self.blocking:
+            def run_polled(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+                request = self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), mpi_op)
+                self._complete_collective(request, what, nbytes)
+                return out
+
+            return self._polled(run_polled, what, nbytes, datatype, mpi_op, block // dtype.itemsize)
+        watch = self._watch(what)
+        failed = self._failure_of(watch)
         staged_in, staged_out = self._staging(nbytes, persistent), self._staging(block, persistent)
         if staged_in is not None and staged_out is not None:
             request = self._persistent(lambda: self.comm.Reduce_scatter_block_init(
@@ -522,6 +550,8 @@ class MPITransport(Transport):
                 seen[3][:] = staged_out
                 return out
 
+            run_persistent.hot = self._hot_spec(datatype, mpi_op, block // dtype.itemsize, watch, failed, request,
+                                                staged_in, staged_out)
             return run_persistent
         call = self.comm.Reduce_scatter_block
         last: list = [None, None, None, None]  # input address, its message, output address, its message
@@ -536,15 +566,21 @@ class MPITransport(Transport):
             _call_watched(watch, failed, call, last[1], last[3], mpi_op)
             return out
 
+        run.hot = self._hot_spec(datatype, mpi_op, block // dtype.itemsize, watch, failed)
         return run
 
     def bind_all_to_all(self, nbytes: int) -> BoundNative | None:
         """All-to-all of equal blocks between host tensors of ``nbytes`` each (MPI's ``Alltoall`` on the bytes)."""
         if self._size == 1:
             return _bound_copy(nbytes)
+        what = "MPI's native all-to-all"
         if not self.blocking:
-            return None
-        watch, call = self._watch("MPI's native all-to-all"), self.comm.Alltoall
+            def run_polled(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+                self._complete_collective(self.comm.Ialltoall(_buffer(inp), _buffer(out)), what, nbytes)
+                return out
+
+            return self._polled(run_polled, what, nbytes, MPI.BYTE, MPI.OP_NULL, nbytes // self._size)
+        watch, call = self._watch(what), self.comm.Alltoall
         failed = self._failure_of(watch)
         outputs, inputs = _AddressViews(nbytes), _AddressViews(nbytes)
 
@@ -552,7 +588,27 @@ class MPITransport(Transport):
             _call_watched(watch, failed, call, inputs.of(inp), outputs.of(out))
             return out
 
+        run.hot = self._hot_spec(MPI.BYTE, MPI.OP_NULL, nbytes // self._size, watch, failed)
         return run
+
+    def _polled(self, run: BoundNative, what: str, nbytes: int, datatype: "MPI.Datatype", op: "MPI.Op",
+                count: int) -> BoundNative:
+        """``run``, a bound native collective that starts MPI's non-blocking call and polls it (waits not
+        ``blocking``), with what the compiled hot path needs to run the same call (``nbytes``: the size class its
+        polled waits learn under)."""
+        run.hot = hotpath.Spec(  # type: ignore[attr-defined]
+            self.comm, datatype, op, count, MPI.REQUEST_NULL, 0, 0, None, None, self.spin_s,
+            lambda exc: self._process_failure(exc.Get_error_class(), [None], what, 0.0),
+            lambda request, spun: self._complete([request], [None], what, nbytes, spun=spun))
+        return run
+
+    def _hot_spec(self, datatype: "MPI.Datatype", op: "MPI.Op", count: int, watch: watchdog.Watch,
+                  failed: Callable[["MPI.Exception"], Stalled], request: "MPI.Prequest" = MPI.REQUEST_NULL,
+                  staged_in: memoryview | None = None, staged_out: memoryview | None = None) -> hotpath.Spec:
+        """What the compiled hot path needs to run a bound blocking native collective (``pccl_torch.hotpath``)."""
+        address = [0 if view is None else MPI.buffer(view).address for view in (staged_in, staged_out)]
+        return hotpath.Spec(self.comm, datatype, op, count, request, address[0], address[1], (staged_in, staged_out),
+                            watch, 0.0, failed, None)
 
     @staticmethod
     def _staging(nbytes: int, persistent: bool) -> memoryview | None:
@@ -636,17 +692,18 @@ class MPITransport(Transport):
         self._typical[key] = seconds if typical is None or seconds < typical else min(seconds, typical * _TYPICAL_RISE)
 
     def _complete(self, requests: list["MPI.Request"], peers: Sequence[int | None], what: str,
-                  nbytes: int = 0) -> None:
+                  nbytes: int = 0, *, spun: float = 0.0) -> None:
         """Wait for ``requests`` (one peer each; None: the whole group) until the deadline, else ``Stalled``.
 
         Polls in batches of ``_POLLS_PER_CHECK`` (yield, test) with nothing else in between: on a shared
         core every instruction between two tests delays the peers this rank waits for. The clock, the
         deadline and the failure notices are looked at between batches; after the spin of this kind of wait
-        (``what`` and the size class of ``nbytes``: ``_spin_for``) the yield becomes a nap."""
+        (``what`` and the size class of ``nbytes``: ``_spin_for``) the yield becomes a nap; ``spun``: seconds this
+        wait already polled (the compiled hot path's fast poll), counted against the spin and the deadline."""
         # One request: its own Test (Testall on a one-element list cost 20 us more per 1 KiB all-reduce
         # on 4 ranks sharing 2 cores: 90 against 70 us).
         test = requests[0].Test if len(requests) == 1 else functools.partial(MPI.Request.Testall, requests)
-        start = time.monotonic()
+        start = time.monotonic() - spun
         key = (what, nbytes.bit_length())
         try:
             if not test():
