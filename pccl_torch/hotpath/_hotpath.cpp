@@ -247,7 +247,7 @@ PyTypeObject TableType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 // ---------------------------------------------------------------------------------------------------- calls
 
 // What a call's tensor gives the hot path: nullptr when it is not a dense contiguous CPU tensor with storage.
-const at::Tensor* host_tensor(PyObject* o) {
+const at::Tensor* host_tensor(PyObject* o) {  // may throw c10::Error: the caller catches it
   if (!THPVariable_Check(o)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(o);
   if (!t.defined() || t.layout() != c10::kStrided || !t.device().is_cpu()) return nullptr;
@@ -499,6 +499,60 @@ long long number_call(PyObject* comm) {
   return rc < 0 ? -1 : sequence;
 }
 
+// The bound shape of a call and the memory it runs on; false when the Python path must take it.
+bool recognise(Entry* self, PyObject* const* args, Table* table, Py_ssize_t tensors, int64_t mpi_op, Bound** bound,
+               char** a_out, char** in_out, bool* in_place_out) {
+  int kind = self->kind;
+  const at::Tensor* x = host_tensor(args[0]);
+  const at::Tensor* y = tensors == 2 ? host_tensor(args[1]) : nullptr;
+  if (!x || (tensors == 2 && !y)) return false;
+  int dtype = (int)x->scalar_type();
+  if (y && (int)y->scalar_type() != dtype) return false;
+  Key key;
+  switch (kind) {
+    case ALL_REDUCE:
+      key = Key{kind, dtype, x->numel(), 0, mpi_op};
+      break;
+    case ALL_GATHER:
+      key = Key{kind, dtype, x->numel(), y->numel(), 0};
+      break;
+    case REDUCE_SCATTER:
+      key = Key{kind, dtype, y->numel(), x->numel(), mpi_op};
+      break;
+    default:
+      // Equal blocks of whole rows: the same rows and elements on both sides, dim 0 split evenly.
+      if (x->dim() == 0 || y->dim() == 0 || x->size(0) != y->size(0) || x->numel() != y->numel()) return false;
+      key = Key{kind, dtype, y->numel(), 0, 0};
+  }
+  auto found = table->map->find(key);
+  if (found == table->map->end()) return false;
+  Bound* b = found->second;
+  if (kind == ALL_TO_ALL && x->size(0) % b->world != 0) return false;
+  char* a = (char*)x->data_ptr();
+  char* in = y ? (char*)y->data_ptr() : nullptr;
+  bool in_place = false;
+  switch (kind) {
+    case ALL_GATHER:
+      if (b->block && in == a + b->offset) {
+        in_place = true;
+      } else if (!apart((uintptr_t)a, b->nbytes, (uintptr_t)in, b->block)) {
+        return false;  // overlapping: the Python path says how
+      }
+      break;
+    case REDUCE_SCATTER:
+      if (!apart((uintptr_t)in, b->nbytes, (uintptr_t)a, b->block)) return false;
+      break;
+    case ALL_TO_ALL:
+      if (!apart((uintptr_t)in, b->nbytes, (uintptr_t)a, b->nbytes)) return false;
+      break;
+  }
+  *bound = b;
+  *a_out = a;
+  *in_out = in;
+  *in_place_out = in_place;
+  return true;
+}
+
 PyObject* Entry_vectorcall(PyObject* callable, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   Entry* self = (Entry*)callable;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -527,52 +581,18 @@ PyObject* Entry_vectorcall(PyObject* callable, PyObject* const* args, size_t nar
   if (!table_of(comm, &table)) return fall_back(self, args, nargsf, kwnames);
   if (table->map->empty()) return fall_back(self, args, nargsf, kwnames);
 
-  const at::Tensor* x = host_tensor(args[0]);
-  const at::Tensor* y = tensors == 2 ? host_tensor(args[1]) : nullptr;
-  if (!x || (tensors == 2 && !y)) return fall_back(self, args, nargsf, kwnames);
-  int dtype = (int)x->scalar_type();
-  if (y && (int)y->scalar_type() != dtype) return fall_back(self, args, nargsf, kwnames);
-  Key key;
-  switch (kind) {
-    case ALL_REDUCE:
-      key = Key{kind, dtype, x->numel(), 0, mpi_op};
-      break;
-    case ALL_GATHER:
-      key = Key{kind, dtype, x->numel(), y->numel(), 0};
-      break;
-    case REDUCE_SCATTER:
-      key = Key{kind, dtype, y->numel(), x->numel(), mpi_op};
-      break;
-    default:
-      // Equal blocks of whole rows: the same rows and elements on both sides, and dim 0 split evenly (the
-      // bound shape's element count fixes the rest; the division by the world size is Python's first check).
-      if (x->dim() == 0 || y->dim() == 0 || x->size(0) != y->size(0) || x->numel() != y->numel())
-        return fall_back(self, args, nargsf, kwnames);
-      key = Key{kind, dtype, y->numel(), 0, 0};
-  }
-  auto found = table->map->find(key);
-  if (found == table->map->end()) return fall_back(self, args, nargsf, kwnames);
-  Bound* b = found->second;
-  if (kind == ALL_TO_ALL && x->size(0) % b->world != 0)
-    return fall_back(self, args, nargsf, kwnames);
-  char* a = (char*)x->data_ptr();
-  char* in = y ? (char*)y->data_ptr() : nullptr;
+  Bound* b = nullptr;
+  char *a = nullptr, *in = nullptr;
   bool in_place = false;
-  switch (kind) {
-    case ALL_GATHER:
-      if (b->block && in == a + b->offset) {
-        in_place = true;
-      } else if (!apart((uintptr_t)a, b->nbytes, (uintptr_t)in, b->block)) {
-        return fall_back(self, args, nargsf, kwnames);  // overlapping: Python says how
-      }
-      break;
-    case REDUCE_SCATTER:
-      if (!apart((uintptr_t)in, b->nbytes, (uintptr_t)a, b->block)) return fall_back(self, args, nargsf, kwnames);
-      break;
-    case ALL_TO_ALL:
-      if (!apart((uintptr_t)in, b->nbytes, (uintptr_t)a, b->nbytes)) return fall_back(self, args, nargsf, kwnames);
-      break;
+  // Tensor attributes that a subclass or an exotic layout may refuse with a C++ exception: any of those is the
+  // Python path's to handle (it validates in full and says what is wrong).
+  bool recognised;
+  try {
+    recognised = recognise(self, args, table, tensors, mpi_op, &b, &a, &in, &in_place);
+  } catch (...) {
+    recognised = false;
   }
+  if (!recognised) return fall_back(self, args, nargsf, kwnames);
   PyObject* owner = comm && comm != Py_None ? comm : PyDict_GetItem(g_default_holder, g_default_name);
   long long sequence = number_call(owner);
   if (sequence < 0) {
