@@ -739,19 +739,15 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   EntryType.tp_getset = Entry_getset;
   if (PyType_Ready(&EntryType) < 0) return nullptr;
 
-  s_hot = intern("hot");
-  s_broken = intern("broken");
-  s_sequence = intern("sequence");
-  s_executor = intern("executor");
-  s_last = intern("_last");
-  s_since = intern("since");
-  s_comm = intern("comm");
-  s_algorithm = intern("algorithm");
-  s_compression = intern("compression");
-  s_async_op = intern("async_op");
-  s_op = intern("op");
-  s_output_split_sizes = intern("output_split_sizes");
-  s_input_split_sizes = intern("input_split_sizes");
+  const struct {
+    PyObject** slot;
+    const char* text;
+  } names[] = {{&s_hot, "hot"}, {&s_broken, "broken"}, {&s_sequence, "sequence"}, {&s_executor, "executor"},
+               {&s_last, "_last"}, {&s_since, "since"}, {&s_comm, "comm"}, {&s_algorithm, "algorithm"},
+               {&s_compression, "compression"}, {&s_async_op, "async_op"}, {&s_op, "op"},
+               {&s_output_split_sizes, "output_split_sizes"}, {&s_input_split_sizes, "input_split_sizes"}};
+  for (const auto& name : names)
+    if (!(*name.slot = intern(name.text))) return nullptr;
   g_zero_float = PyFloat_FromDouble(0.0);
 
   PyObject* m = PyModule_Create(&module_def);
@@ -760,9 +756,5 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   PyModule_AddObject(m, "Table", (PyObject*)&TableType);
   Py_INCREF(&EntryType);
   PyModule_AddObject(m, "Entry", (PyObject*)&EntryType);
-  PyModule_AddIntConstant(m, "ALL_REDUCE", ALL_REDUCE);
-  PyModule_AddIntConstant(m, "ALL_GATHER", ALL_GATHER);
-  PyModule_AddIntConstant(m, "REDUCE_SCATTER", REDUCE_SCATTER);
-  PyModule_AddIntConstant(m, "ALL_TO_ALL", ALL_TO_ALL);
   return m;
 }

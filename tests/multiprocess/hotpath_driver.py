@@ -18,6 +18,7 @@ from pccl_torch import api, calls, hotpath
 from pccl_torch.communicator import create
 from pccl_torch.selection import attach
 
+from calls_driver import expect
 from rank_result import Checks, write
 
 DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16)
@@ -38,15 +39,6 @@ def hits_of(comm: pc.Communicator, fn) -> int:
 
 def check_equal(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert torch.equal(got, want), f"{what}: got {got[:8].tolist()}, want {want[:8].tolist()}"
-
-
-def expect(kind: type[Exception], fragment: str, call) -> None:
-    try:
-        call()
-    except kind as exc:
-        assert fragment in str(exc), f"{kind.__name__} without {fragment!r}: {exc}"
-        return
-    raise AssertionError(f"expected {kind.__name__} ({fragment!r}); the call succeeded")
 
 
 def bound_calls_run_hot(comm: pc.Communicator, dtype: torch.dtype, numel: int) -> None:
