@@ -19,15 +19,12 @@ MPI (the ULFM Open MPI of the fault trials) the Python path runs.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from mpi4py import MPI
 
 from pccl_torch import environment
-
-log = logging.getLogger(__name__)
 
 HOTPATH_ENV = "PCCL_HOTPATH"
 """``on`` (default) or ``off``."""
@@ -127,8 +124,6 @@ class Spec(NamedTuple):
 def register(table_: Any, kind: str, dtype: Any, a: int, b: int, op: Any, bound: Any, spec: Spec) -> None:
     """Run the later calls of ``bound`` (a ``calls.BoundCall``) in the extension: a call of collective ``kind``
     on ``dtype`` with ``a`` and ``b`` elements (see ``_hotpath.cpp``'s ``Key``) and MPI ``op`` (None: no op)."""
-    comm = bound.comm
-
     def on_error(code: int, sequence: int) -> Exception:
         exc = MPI.Exception(code)
         return bound._failed(spec.failed(exc), sequence)
@@ -141,11 +136,10 @@ def register(table_: Any, kind: str, dtype: Any, a: int, b: int, op: Any, bound:
             return bound._failed(exc, sequence)
         return None
 
-    topology = comm.topology
     table_.add(KINDS.index(kind), dtype, a, b, handle(op) if op is not None else 0, handle(spec.comm),
                handle(spec.datatype), handle(spec.op), spec.count, bound.nbytes, bound.block, bound.offset,
-               topology.world_size, handle(spec.request), spec.staged_in, spec.staged_out, spec.watch is None,
-               spec.spin_s, bound.entry, spec.watch, on_error, on_slow, spec.keep)
+               bound.comm.topology.world_size, handle(spec.request), spec.staged_in, spec.staged_out,
+               spec.watch is None, spec.spin_s, bound.entry, spec.watch, on_error, on_slow, spec.keep)
 
 
 def hits(comm: Any) -> int:

@@ -642,13 +642,7 @@ void Entry_dealloc(Entry* self) {
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
-PyObject* Entry_get_fallback(Entry* self, void*) {
-  Py_INCREF(self->fallback);
-  return self->fallback;
-}
-
 PyGetSetDef Entry_getset[] = {
-    {"fallback", (getter)Entry_get_fallback, nullptr, "The Python implementation every other call takes.", nullptr},
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 

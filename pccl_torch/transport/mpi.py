@@ -387,7 +387,7 @@ class MPITransport(Transport):
         """``call(*args)``, a blocking MPI collective, watched by the watchdog for the transport's timeout;
         a failure a fault-tolerant MPI reports becomes ``Stalled`` as in the polled path."""
         watch = self._watch(what)
-        _call_watched(watch, self._failure_of(watch), call, *args)
+        _call_watched(watch, self._failure_of(what), call, *args)
 
     # Bound native collectives: for the call-shape cache (``pccl_torch.calls``), MPI's own collective on host
     # tensors of one size and dtype as a single callable ``run(a, b) -> a`` (``a`` the buffer or output, ``b`` the
@@ -411,13 +411,12 @@ class MPITransport(Transport):
         datatype, mpi_op, what = _MPI_TYPES[dtype], _MPI_OPS[op], "MPI's native all-reduce"
         if not self.blocking:
             def run_polled(tensor: torch.Tensor, _: torch.Tensor | None = None) -> torch.Tensor:
-                request = self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, datatype), mpi_op)
-                self._complete_collective(request, what, nbytes)
+                self._host_all_reduce(tensor, op)
                 return tensor
 
             return self._polled(run_polled, what, nbytes, datatype, mpi_op, nbytes // dtype.itemsize)
         watch = self._watch(what)
-        failed = self._failure_of(watch)
+        failed = self._failure_of(what)
         staged = self._staging(nbytes, persistent)
         if staged is not None:
             request = self._persistent(lambda: self.comm.Allreduce_init(MPI.IN_PLACE, [staged, datatype], mpi_op))
@@ -465,7 +464,7 @@ class MPITransport(Transport):
 
             return self._polled(run_polled, what, total, MPI.BYTE, MPI.OP_NULL, nbytes)
         watch = self._watch(what)
-        failed = self._failure_of(watch)
+        failed = self._failure_of(what)
         staged_in, staged_out = self._staging(nbytes, persistent), self._staging(total, persistent)
         if staged_in is not None and staged_out is not None:
             request = self._persistent(lambda: self.comm.Allgather_init(staged_in, staged_out))
@@ -523,13 +522,12 @@ class MPITransport(Transport):
         block = nbytes // self._size
         if not self.blocking:
             def run_polled(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
-                request = self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), mpi_op)
-                self._complete_collective(request, what, nbytes)
+                self._host_reduce_scatter(out, inp, op)
                 return out
 
             return self._polled(run_polled, what, nbytes, datatype, mpi_op, block // dtype.itemsize)
         watch = self._watch(what)
-        failed = self._failure_of(watch)
+        failed = self._failure_of(what)
         staged_in, staged_out = self._staging(nbytes, persistent), self._staging(block, persistent)
         if staged_in is not None and staged_out is not None:
             request = self._persistent(lambda: self.comm.Reduce_scatter_block_init(
@@ -581,7 +579,7 @@ class MPITransport(Transport):
 
             return self._polled(run_polled, what, nbytes, MPI.BYTE, MPI.OP_NULL, nbytes // self._size)
         watch, call = self._watch(what), self.comm.Alltoall
-        failed = self._failure_of(watch)
+        failed = self._failure_of(what)
         outputs, inputs = _AddressViews(nbytes), _AddressViews(nbytes)
 
         def run(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
@@ -598,8 +596,7 @@ class MPITransport(Transport):
         polled waits learn under)."""
         run.hot = hotpath.Spec(  # type: ignore[attr-defined]
             self.comm, datatype, op, count, MPI.REQUEST_NULL, 0, 0, None, None, self.spin_s,
-            lambda exc: self._process_failure(exc.Get_error_class(), [None], what, 0.0),
-            lambda request, spun: self._complete([request], [None], what, nbytes, spun=spun))
+            self._failure_of(what), lambda request, spun: self._complete([request], [None], what, nbytes, spun=spun))
         return run
 
     def _hot_spec(self, datatype: "MPI.Datatype", op: "MPI.Op", count: int, watch: watchdog.Watch,
@@ -623,9 +620,10 @@ class MPITransport(Transport):
         self._requests.append(request)
         return request
 
-    def _failure_of(self, watch: watchdog.Watch) -> Callable[["MPI.Exception"], Stalled]:
-        """What a bound call raises for an MPI error (only a fault-tolerant MPI reports one): ``Stalled``."""
-        return lambda exc: self._process_failure(exc.Get_error_class(), [None], watch.what, 0.0)
+    def _failure_of(self, what: str) -> Callable[["MPI.Exception"], Stalled]:
+        """What a bound call of ``what`` raises for an MPI error (only a fault-tolerant MPI reports one):
+        ``Stalled``."""
+        return lambda exc: self._process_failure(exc.Get_error_class(), [None], what, 0.0)
 
     def release_persistent(self) -> None:
         """Free the persistent collectives bound so far (inactive: a local call); their bound calls must be gone."""
