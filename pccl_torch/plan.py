@@ -221,10 +221,16 @@ class Plan:
         if self.compression is not None:
             exact, fmt = dataclasses.replace(self, compression=None), compression.get(self.compression)
             world, local = levels.world, levels.world.size // levels.inter.size
-            if even and self.name.startswith("mpi+") and send.total * inp.element_size() >= \
+            flat_mpi = self.name == f"mpi+{self.compression}"
+            if even and flat_mpi and send.total * inp.element_size() >= \
                     PAIRWISE_BYTES_FROM * len(send.counts):  # every rank's blocks: the same size, the same choice
-                exact = resolve("all_to_all", "pairwise")
+                exact, flat_mpi = resolve("all_to_all", "pairwise"), False
             even = even and fmt.fixed_size  # a lossless block's bytes depend on its values, not its length
+            if flat_mpi and fmt.fixed_size and inp.device.type == "cpu":
+                nbytes = send.total * inp.element_size() if even else UNEVEN_CHOICE_BYTES
+                compressed.chunked_all_to_all(fmt, levels.world, out, inp, send, recv, world.rank, local,
+                                              compressed.chunk_count(nbytes))
+                return
             compressed.all_to_all(fmt, lambda o, i, s, r: exact.run_all_to_all(levels, o, i, s, r, even=even),
                                   functools.partial(_announce, world, inp.device), out, inp, send, recv, world.rank,
                                   local)
@@ -276,6 +282,10 @@ def _resolve(collective: Collective, name: str) -> Plan:
         return Plan(collective, name, algorithms.get(collective, "native"), hier, _NATIVE_ON[inner], library)
     return Plan(collective, name, algorithms.get(collective, inner), hier, "world", library)
 
+
+UNEVEN_CHOICE_BYTES = 1 << 20
+"""The input size an all-to-all with split sizes is chosen (``api.all_to_all_single``) and, compressed, cut into
+pieces for: its real size differs from rank to rank, and every rank must choose the same plan and pieces."""
 
 PAIRWISE_BYTES_FROM = 8 << 20
 """Blocks (of the caller's buffer) from which a compressed flat ``mpi`` all-to-all moves its bytes by pairwise

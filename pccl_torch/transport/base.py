@@ -99,9 +99,11 @@ class Transport(abc.ABC):
         """Start the native in-place all-reduce of ``tensor``."""
         raise NotImplementedError(f"{self.name} has no non-blocking all-reduce")
 
-    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> object:
-        """Start the native all-to-all of equal blocks: block ``j`` of ``inp`` goes to rank ``j``, block ``i`` of
-        ``out`` comes from rank ``i`` (``size`` blocks each; bytes, so any dtype)."""
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int] | None = None,
+                         recv_counts: Sequence[int] | None = None) -> object:
+        """Start the native all-to-all: block ``j`` of ``inp`` goes to rank ``j``, block ``i`` of ``out`` comes
+        from rank ``i`` (bytes, so any dtype); ``size`` equal blocks each, or ``send_counts`` / ``recv_counts``
+        elements a block (both or neither)."""
         raise NotImplementedError(f"{self.name} has no non-blocking all-to-all")
 
     def wait(self, request: object, what: str) -> None:

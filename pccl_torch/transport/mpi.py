@@ -651,9 +651,15 @@ class MPITransport(Transport):
         """Start MPI's in-place all-reduce of ``tensor``."""
         return self.comm.Iallreduce(MPI.IN_PLACE, _buffer(tensor, _MPI_TYPES[tensor.dtype]), _MPI_OPS[op])
 
-    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> "MPI.Request":
-        """Start MPI's all-to-all of ``size`` equal blocks (as bytes)."""
-        return self.comm.Ialltoall(_buffer(inp), _buffer(out))
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int] | None = None,
+                         recv_counts: Sequence[int] | None = None) -> "MPI.Request":
+        """Start MPI's all-to-all of ``size`` equal blocks, or of ``send_counts`` / ``recv_counts`` elements a
+        block (``Ialltoallv``), as bytes."""
+        if send_counts is None:
+            return self.comm.Ialltoall(_buffer(inp), _buffer(out))
+        size = inp.element_size()
+        return self.comm.Ialltoallv([_buffer(inp)[0], _counts_and_displacements(send_counts, size), MPI.BYTE],
+                                    [_buffer(out)[0], _counts_and_displacements(recv_counts, size), MPI.BYTE])
 
     def wait(self, request: "MPI.Request", what: str) -> None:
         """Complete a started collective within the deadline (driving every other pending one meanwhile)."""

@@ -152,7 +152,10 @@ class ThreadedTransport(Transport):
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         self.native_all_reduce(tensor, op)
 
-    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int] | None = None,
+                         recv_counts: Sequence[int] | None = None) -> None:
+        if send_counts is not None:
+            return self.native_all_to_all(out, inp, send_counts, recv_counts)
         width = inp.numel() // self.size
         parts = self._world.exchange(self._rank, inp)
         out.copy_(torch.cat([part[self._rank * width:(self._rank + 1) * width] for part in parts]))

@@ -65,18 +65,18 @@ class TorchGroupTransport(Transport):
         opts.reduceOp = _TORCH_OPS[op]
         return self.group.allreduce([tensor], opts)
 
-    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor) -> dist.Work:
-        return self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8), [], [],
+    def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int] | None = None,
+                         recv_counts: Sequence[int] | None = None) -> dist.Work:
+        """torch's all-to-all on the bytes of the blocks (split sizes in bytes: any dtype, NCCL's included)."""
+        size = inp.element_size()
+        return self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8),
+                                        [] if recv_counts is None else [c * size for c in recv_counts],
+                                        [] if send_counts is None else [c * size for c in send_counts],
                                         dist.AllToAllOptions())
 
     def native_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int],
                           recv_counts: Sequence[int]) -> None:
-        """torch's all-to-all on the bytes of the blocks (split sizes in bytes: any dtype, NCCL's included)."""
-        size = inp.element_size()
-        work = self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8),
-                                        [c * size for c in recv_counts], [c * size for c in send_counts],
-                                        dist.AllToAllOptions())
-        self.wait(work, "native all-to-all")
+        self.wait(self.start_all_to_all(out, inp, send_counts, recv_counts), "native all-to-all")
 
     def wait(self, request: dist.Work, what: str) -> None:
         self._wait([request], self.others(), what)

@@ -463,11 +463,18 @@ def main() -> int:
                         help="where the collectives' tensors live (default cpu)")
     parser.add_argument("--pairwise-bytes-from", type=int,
                         help="plan.PAIRWISE_BYTES_FROM for this run (small: the compressed all-to-all's pairwise move)")
+    parser.add_argument("--chunk-bytes", type=int,
+                        help="compression.schedules.CHUNK_BYTES for this run (small: the compressed all-to-all's "
+                             "exchange in many pieces)")
     args = parser.parse_args()
     if args.pairwise_bytes_from is not None:
         import pccl_torch.plan
 
         pccl_torch.plan.PAIRWISE_BYTES_FROM = args.pairwise_bytes_from
+    if args.chunk_bytes is not None:
+        import pccl_torch.compression.schedules
+
+        pccl_torch.compression.schedules.CHUNK_BYTES = args.chunk_bytes
     global DEVICE
     DEVICE = torch.device(args.device)
 

@@ -98,6 +98,19 @@ def test_compressed_all_to_all_moves_large_blocks_pairwise(fmt: str, tmp_path) -
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("fmt,ranks,local_size,chunk_bytes", [("int8", 4, 2, 1 << 20), ("fp8", 6, 3, 64),
+                                                               ("bf16", 5, 1, 64)])
+def test_compressed_all_to_all_in_pieces(fmt: str, ranks: int, local_size: int, chunk_bytes: int, tmp_path) -> None:
+    """A compressed flat ``mpi`` all-to-all on host tensors exchanges its blocks in pieces whose transfers overlap
+    the encoding (``chunked_all_to_all``), two in flight: pieces of 64 bytes of a rank's buffer (every case with
+    blocks in many, up to MAX_CHUNKS), or of 1 MiB (the ~1 Mi element cases in 4, each peer's message past MPI's
+    eager size, so a piece's send buffer freed before its exchange completed would show): the same results as
+    every other plan."""
+    driver(ranks, tmp_path, "--compression", fmt, "--collectives", "all_to_all", "--algorithms", "mpi,pairwise",
+           "--chunk-bytes", str(chunk_bytes), local_size=local_size, min_passed_per_rank=40)
+
+
+@pytest.mark.multiprocess
 def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
     """The same cases (small sizes) with every local kernel run by the Triton interpreter, 2 nodes x 2."""
     run = driver(4, tmp_path, "--no-large", local_size=2, env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"},
