@@ -68,8 +68,12 @@ class Choice:
             plan = self._decide(comm, collective, algorithm, nbytes, dtype)
             wire = compression_config.for_call(collective, compression, self.compression, dtype)
             if wire is not None and comm.topology.num_nodes > 1:  # on one node nothing crosses a network
-                named = bool(algorithm) or collective in self.overrides  # pccl's own choice pipelines from
-                plan = plan.compressed(wire, pipeline=named or plan.chunks >= COMPRESSED_MIN_CHUNKS)  # enough chunks
+                named = bool(algorithm) or collective in self.overrides
+                if not named and comm.topology.networked and comm.topology.is_hierarchical:
+                    name = heuristic.compressed_networked_choice(collective, plan.name)
+                    plan = plan if name == plan.name else resolve(collective, name)
+                # pccl's own choice pipelines from enough chunks
+                plan = plan.compressed(wire, pipeline=named or plan.chunks >= COMPRESSED_MIN_CHUNKS)
             if len(self.plans) >= _PLANS_MAX:  # bounded: programs with ever-new sizes start over
                 self.plans.clear()
                 self.tuned.clear()

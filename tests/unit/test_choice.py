@@ -108,6 +108,25 @@ def test_compressed_plans_pipeline_from_enough_chunks_and_only_between_nodes() -
         choice.plan(one_node, "all_gather", None, 1024, torch.bfloat16, "bf16")
 
 
+def test_compressed_all_reduce_across_a_network_goes_two_level() -> None:
+    """A compressed all-reduce of pccl's own choice runs two-level across a network (it was 1.6-1.9x faster than the
+    compressed flat one on the testbed, 256 KiB-4 MiB), however small; a named flat plan and the exact call stay
+    flat; the other collectives keep their choice."""
+    choice = Choice(overrides={}, compression={"all_reduce": "int8", "all_gather": "int8"})
+    networked = comm(hosts=2)
+    for nbytes in (4096, 256 << 10, 3 << 20):
+        assert choice.plan(networked, "all_reduce", None, nbytes, torch.float32).name == "hier:mpi+int8"
+        assert choice.plan(networked, "all_reduce", None, nbytes, torch.int64).name == "mpi"  # exact: flat
+        assert choice.plan(networked, "all_gather", None, 4096, torch.float32).name == "mpi+int8"
+    assert choice.plan(networked, "all_reduce", "mpi", 1 << 20, torch.float32).name == "mpi+int8"
+    assert choice.plan(networked, "all_reduce", None, 64 << 20, torch.float32).name == "hier:pipelined+int8"
+    assert Choice(overrides={"all_reduce": "ring"}, compression={"all_reduce": "int8"}).plan(
+        networked, "all_reduce", None, 1 << 20, torch.float32).name == "ring+int8"
+    emulated = comm(hosts=1)  # emulated nodes on one machine: nothing crosses a network, the flat choice stays
+    assert Choice(overrides={}, compression={"all_reduce": "int8"}).plan(
+        emulated, "all_reduce", None, 1 << 20, torch.float32).name == "mpi+int8"
+
+
 def test_an_intra_library_the_device_lacks_fails_before_communication() -> None:
     choice = Choice(overrides={})
     with pytest.raises(ValueError, match="does not serve cpu tensors"):
