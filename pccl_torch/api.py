@@ -25,7 +25,7 @@ from pccl_torch.selection import attach, choice_of
 from pccl_torch.communicator import (DEFAULT_TIMEOUT, Communicator, create, default_communicator, is_initialized,
                                      require_uninitialized, set_default)
 from pccl_torch.ops import ReduceOp, Reduction, as_reduction
-from pccl_torch.plan import UNEVEN_CHOICE_BYTES, Plan, algorithm_names, runnable_names
+from pccl_torch.plan import Plan, algorithm_names, runnable_names
 from pccl_torch.algorithms import Blocks
 from pccl_torch.validation import (check_reduction, check_same_dtype, check_sizes, check_split_sizes, check_tensor,
                                    overlaps, row_elements)
@@ -251,6 +251,11 @@ def all_reduce(tensor: torch.Tensor, op: Any = ReduceOp.SUM, *, algorithm: str |
     return bound(tensor)
 
 
+UNEVEN_CHOICE_BYTES = 1 << 20
+"""The input size an all-to-all with split sizes is chosen for: its real size differs from rank to rank, and
+every rank must choose the same plan (and, compressed, the same pieces)."""
+
+
 def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int] | None = None,
                       input_split_sizes: list[int] | None = None, *, algorithm: str | None = None,
                       async_op: bool = False, comm: Communicator | None = None,
@@ -261,8 +266,8 @@ def all_to_all_single(output: torch.Tensor, input: torch.Tensor, output_split_si
     ``j`` and ``output_split_sizes[i]`` rows from rank ``i`` (zeros allowed); None splits dim 0 equally. Rank
     ``i``'s ``input_split_sizes[j]`` must be rank ``j``'s ``output_split_sizes[i]`` (checked with
     ``PCCL_DEBUG=check``); pass split sizes on every rank or on none: calls with split sizes, whose size differs
-    by rank, are chosen alike on every rank as calls of :data:`~pccl_torch.plan.UNEVEN_CHOICE_BYTES`. ``input`` is
-    never modified and may not overlap ``output``. ``compression`` encodes the blocks that cross nodes, each at its source.
+    by rank, are chosen alike on every rank as calls of :data:`UNEVEN_CHOICE_BYTES`. ``input`` is never modified
+    and may not overlap ``output``. ``compression`` encodes the blocks that cross nodes, each at its source.
     """
     comm = comm or default_communicator()
     even = input_split_sizes is None and output_split_sizes is None

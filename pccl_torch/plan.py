@@ -148,7 +148,7 @@ class Plan:
     intra: str | None = None
     """The intra-node library a hierarchical plan forces (None: the device's default)."""
     chunks: int = 1
-    """Chunks of a pipelined plan (set per call shape by the API layer)."""
+    """Chunks of a pipelined plan, pieces of a compressed flat all-to-all (set per call shape by the API layer)."""
 
     compression: str | None = None
     """The wire format of what crosses nodes (``pccl_torch.compression``; set per call by the API layer):
@@ -226,10 +226,9 @@ class Plan:
                     PAIRWISE_BYTES_FROM * len(send.counts):  # every rank's blocks: the same size, the same choice
                 exact, flat_mpi = resolve("all_to_all", "pairwise"), False
             even = even and fmt.fixed_size  # a lossless block's bytes depend on its values, not its length
-            if flat_mpi and fmt.fixed_size and inp.device.type == "cpu":
-                nbytes = send.total * inp.element_size() if even else UNEVEN_CHOICE_BYTES
+            if flat_mpi and fmt.fixed_size and self.chunks > 1 and inp.device.type == "cpu":
                 compressed.chunked_all_to_all(fmt, levels.world, out, inp, send, recv, world.rank, local,
-                                              compressed.chunk_count(nbytes))
+                                              self.chunks)
                 return
             compressed.all_to_all(fmt, lambda o, i, s, r: exact.run_all_to_all(levels, o, i, s, r, even=even),
                                   functools.partial(_announce, world, inp.device), out, inp, send, recv, world.rank,
@@ -282,10 +281,6 @@ def _resolve(collective: Collective, name: str) -> Plan:
         return Plan(collective, name, algorithms.get(collective, "native"), hier, _NATIVE_ON[inner], library)
     return Plan(collective, name, algorithms.get(collective, inner), hier, "world", library)
 
-
-UNEVEN_CHOICE_BYTES = 1 << 20
-"""The input size an all-to-all with split sizes is chosen (``api.all_to_all_single``) and, compressed, cut into
-pieces for: its real size differs from rank to rank, and every rank must choose the same plan and pieces."""
 
 PAIRWISE_BYTES_FROM = 8 << 20
 """Blocks (of the caller's buffer) from which a compressed flat ``mpi`` all-to-all moves its bytes by pairwise

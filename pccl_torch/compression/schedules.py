@@ -23,6 +23,7 @@ stands in for an inter-node schedule.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -213,10 +214,19 @@ def _from_wire(fmt: WireFormat, wire: torch.Tensor, target: torch.Tensor, near: 
 #: pieces of 128 KiB and less paid a call each (23 ms at 1 MiB, 91-157 ms at 4 MiB).
 CHUNK_BYTES = 256 * 1024
 MAX_CHUNKS = 256
+#: Pieces pay only where the link, not the cores, bounds the call: on links faster than this the encoding and
+#: decoding take as long as the bytes' transfer, and each piece's calls and per-call encoding costs add to it.
+#: pccl-bench on the testbed, int8, one piece against pieces of 256 KiB (2026-12-05): at 200 Mbit/s (25 MB/s)
+#: 3 x 2 1 MiB 26.9 -> 22.0 ms, 4 MiB 84 -> 77-82 ms, 2 x 2 even (15.1 / 53.0 ms against 14.9 / 55.6); at 1 Gbit/s
+#: (119 MB/s) 2 x 2 1 MiB 4.5 -> 9.1 ms, 4 MiB 18 -> 29 ms, 3 x 2 1 MiB 8.4 -> 15.1 ms, 4 MiB 36 -> 59 ms.
+SLOW_LINK_BYTES_PER_S = 50e6
 
 
-def chunk_count(nbytes: int) -> int:
-    """Pieces of a chunked compressed all-to-all whose ranks each send ``nbytes`` (the same on every rank)."""
+def chunk_count(nbytes: int, link_bytes_per_s: float | None) -> int:
+    """Pieces of a chunked compressed all-to-all whose ranks each send ``nbytes`` (the same on every rank) over an
+    inter-node link of ``link_bytes_per_s`` (None: not measured, as a fast one)."""
+    if (math.inf if link_bytes_per_s is None else link_bytes_per_s) > SLOW_LINK_BYTES_PER_S:
+        return 1
     return max(1, min(MAX_CHUNKS, -(-nbytes // CHUNK_BYTES)))
 
 

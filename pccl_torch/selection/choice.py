@@ -23,6 +23,7 @@ from pccl_torch.selection import heuristic, links, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
+from pccl_torch.compression import schedules as compressed_schedules
 from pccl_torch.plan import HIER_PREFIX, Plan, env_overrides, names_for, resolve
 from pccl_torch.selection.learned.profile import Profile, ProfileError
 from pccl_torch.selection.learned.runtime import Selector, profile_path
@@ -74,6 +75,9 @@ class Choice:
                     plan = plan if name == plan.name else resolve(collective, name)
                 # pccl's own choice pipelines from enough chunks
                 plan = plan.compressed(wire, pipeline=named or plan.chunks >= COMPRESSED_MIN_CHUNKS)
+                if collective == "all_to_all" and not plan.hierarchical:  # in pieces where the link is slow
+                    link = self.links.inter.bytes_per_s if self.links.inter else None
+                    plan = dataclasses.replace(plan, chunks=compressed_schedules.chunk_count(nbytes, link))
             if len(self.plans) >= _PLANS_MAX:  # bounded: programs with ever-new sizes start over
                 self.plans.clear()
                 self.tuned.clear()

@@ -464,8 +464,8 @@ def main() -> int:
     parser.add_argument("--pairwise-bytes-from", type=int,
                         help="plan.PAIRWISE_BYTES_FROM for this run (small: the compressed all-to-all's pairwise move)")
     parser.add_argument("--chunk-bytes", type=int,
-                        help="compression.schedules.CHUNK_BYTES for this run (small: the compressed all-to-all's "
-                             "exchange in many pieces)")
+                        help="compression.schedules.CHUNK_BYTES for this run, on any link (small: the compressed "
+                             "all-to-all's exchange in many pieces)")
     args = parser.parse_args()
     if args.pairwise_bytes_from is not None:
         import pccl_torch.plan
@@ -475,6 +475,7 @@ def main() -> int:
         import pccl_torch.compression.schedules
 
         pccl_torch.compression.schedules.CHUNK_BYTES = args.chunk_bytes
+        pccl_torch.compression.schedules.SLOW_LINK_BYTES_PER_S = float("inf")  # no link measured here: pieces anyway
     global DEVICE
     DEVICE = torch.device(args.device)
 

@@ -186,6 +186,9 @@ def test_compressed_chunked(fmt: str, nodes: int, local: int, chunks: int, patte
 
 
 def test_chunk_count() -> None:
-    """Pieces of 256 KiB of a rank's buffer, at least one, at most MAX_CHUNKS."""
-    assert [compressed.chunk_count(n) for n in (0, 1, 256 << 10, (256 << 10) + 1, 1 << 20, 1 << 40)] == \
+    """Pieces of 256 KiB of a rank's buffer, at least one, at most MAX_CHUNKS, on slow links only (unmeasured: one)."""
+    slow = compressed.SLOW_LINK_BYTES_PER_S
+    assert [compressed.chunk_count(n, slow) for n in (0, 1, 256 << 10, (256 << 10) + 1, 1 << 20, 1 << 40)] == \
         [1, 1, 1, 2, 4, compressed.MAX_CHUNKS]
+    assert compressed.chunk_count(1 << 20, 25e6) == 4
+    assert compressed.chunk_count(1 << 20, 119e6) == 1 and compressed.chunk_count(1 << 20, None) == 1

@@ -127,6 +127,27 @@ def test_compressed_all_reduce_across_a_network_goes_two_level() -> None:
         emulated, "all_reduce", None, 1 << 20, torch.float32).name == "mpi+int8"
 
 
+def test_compressed_flat_all_to_all_runs_in_pieces_on_slow_links_only() -> None:
+    """Pieces of 256 KiB of a rank's buffer where the measured inter-node link is slow (200 Mbit/s: they overlapped
+    the encoding there), one piece on fast or unmeasured links; calls with split sizes cut as 1 MiB (every rank
+    alike); hierarchical, exact and named-hierarchical plans are never cut."""
+    from pccl_torch import api
+    from pccl_torch.selection.links import Link, Links
+
+    def choice(bytes_per_s: float | None) -> Choice:
+        inter = None if bytes_per_s is None else Link(1e-4, bytes_per_s)
+        return Choice(overrides={}, compression={"all_to_all": "int8"}, links=Links(Link(1e-6, 5e9), inter, "measured"))
+
+    networked = comm(hosts=2)
+    slow = choice(25e6)
+    assert slow.plan(networked, "all_to_all", None, 4 << 20, torch.float32).chunks == 16
+    assert slow.plan(networked, "all_to_all", None, api.UNEVEN_CHOICE_BYTES, torch.float32).chunks == 4
+    assert slow.plan(networked, "all_to_all", None, 4 << 20, torch.int64).chunks == 1  # exact
+    assert slow.plan(networked, "all_to_all", "hier:mpi", 4 << 20, torch.float32).chunks == 1
+    for fast in (choice(119e6), choice(None)):
+        assert fast.plan(networked, "all_to_all", None, 4 << 20, torch.float32).chunks == 1
+
+
 def test_an_intra_library_the_device_lacks_fails_before_communication() -> None:
     choice = Choice(overrides={})
     with pytest.raises(ValueError, match="does not serve cpu tensors"):
