@@ -112,7 +112,7 @@ def compressed_networked_choice(collective: Collective, name: str) -> str:
     where the two-level one reduces inside the node first and encodes only what crosses: on the 2 x 2 testbed at
     200 Mbit/s, int8, ``hier:mpi+int8`` took 3.1 / 17.4 / 59.1 ms at 256 KiB / 1 MiB / 4 MiB against 6.1 / 28.6 /
     96.4 ms flat (``mpi+int8``; 2026-12-05, ``pccl-bench --testbed -np 4 --local-size 2 -c all_reduce``); at 1 Gbit/s,
-    int8 and bf16, 0.66-0.89x of the flat one's time from 256 KiB, within 12% either way at 4-64 KiB."""
+    int8 and bf16, 0.66-0.91x of the flat one's time from 256 KiB, within 12% either way at 4-64 KiB."""
     if collective == "all_reduce" and not name.startswith(HIER_PREFIX):
         return HIER_PREFIX + "mpi"
     return name
