@@ -6,7 +6,9 @@ inside a node and between nodes, one pair of ranks at a time.
 Rank 0 prints one JSON object: ``nodes`` and ``local_size`` as MPI's shared-memory split sees them,
 ``netns_per_node`` (how many network namespaces each node's ranks are in, and whether nodes share one),
 and ``intra_mbit``/``inter_mbit``: the median rate of a ``Sendrecv`` of ``--mbytes`` between local
-ranks 0 and 1 of node 0 and between rank 0 of node 0 and rank 0 of node 1, in Mbit/s per direction.
+ranks 0 and 1 of node 0 and between rank 0 of node 0 and rank 0 of node 1, in Mbit/s per direction;
+``inter_all_links_mbit``: the same per node link with every node's leader exchanging with its neighbours at once
+(``ring_rate``; on 2 nodes, ``inter_mbit``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,28 @@ def sendrecv_rate(world, pair: tuple[int, int], nbytes: int, repeats: int = 3) -
         if rank in pair:
             peer = pair[1] if rank == pair[0] else pair[0]
             world.Sendrecv(buf, peer, 7, out, peer, 7)
+        times.append(world.allreduce(MPI.Wtime() - start, op=MPI.MAX))
+    return nbytes * 8 / statistics.median(times[1:]) / 1e6
+
+
+def ring_rate(world, leaders: list[int], nbytes: int, repeats: int = 3) -> float | None:
+    """Median Mbit/s per direction per node link while every node's link is busy at once: each node's leader
+    sends ``nbytes`` to the next node's leader and receives as much from the previous one (collective over
+    ``world``); None for one node. Against :func:`sendrecv_rate` between two nodes it shows what the network
+    joining the nodes carries when all of them send (a switch's or a shared host's capacity)."""
+    from mpi4py import MPI
+
+    rank = world.Get_rank()
+    if len(leaders) < 2:
+        return None
+    buf, out = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
+    times = []
+    for _ in range(repeats + 1):
+        world.Barrier()
+        start = MPI.Wtime()
+        if rank in leaders:
+            i = leaders.index(rank)
+            world.Sendrecv(buf, leaders[(i + 1) % len(leaders)], 8, out, leaders[i - 1], 8)
         times.append(world.allreduce(MPI.Wtime() - start, op=MPI.MAX))
     return nbytes * 8 / statistics.median(times[1:]) / 1e6
 
@@ -71,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     nbytes = int(args.mbytes * (1 << 20))
     intra = sendrecv_rate(world, (0, 1), nbytes, args.repeats) if found["local_size"] > 1 else None
     inter = sendrecv_rate(world, (0, found["leaders"][1]), nbytes, args.repeats) if found["nodes"] > 1 else None
+    every = ring_rate(world, found["leaders"], nbytes, args.repeats) if found["nodes"] > 2 else inter
     if world.Get_rank() == 0:
-        print(json.dumps({**found, "mbytes": args.mbytes, "intra_mbit": intra, "inter_mbit": inter}), flush=True)
+        print(json.dumps({**found, "mbytes": args.mbytes, "intra_mbit": intra, "inter_mbit": inter,
+                          "inter_all_links_mbit": every}), flush=True)
     return 0
 
 
