@@ -13,7 +13,7 @@ import torch
 from mpi4py import MPI
 
 import pccl_torch as pc
-from pccl_torch.testbed.probe import layout, sendrecv_rate
+from pccl_torch.testbed.probe import layout, ring_rate, sendrecv_rate
 
 import rank_result  # beside this script (run as one by mpiexec)
 
@@ -42,11 +42,13 @@ def main() -> int:
     found = layout(world)
     intra = sendrecv_rate(world, (0, 1), int(mbytes * (1 << 20)))
     inter = sendrecv_rate(world, (0, topo.local_size), int(mbytes * (1 << 20)))
+    every = ring_rate(world, found["leaders"], int(mbytes * (1 << 20)))
     links = world.gather(json.dumps(pc.stats()["links"], sort_keys=True), root=0)
     gathered = world.gather(errors, root=0)
     if topo.rank == 0:
         print(json.dumps({"world": p, "num_nodes": topo.num_nodes, "local_size": topo.local_size,
                           "places": places, "mpi_layout": found, "intra_mbit": intra, "inter_mbit": inter,
+                          "inter_all_links_mbit": every,
                           "links": [json.loads(entry) for entry in links],
                           "errors": [e for errs in gathered for e in errs]}), flush=True)
     pc.shutdown()
