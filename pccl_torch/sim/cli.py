@@ -139,6 +139,9 @@ def _fit(args: argparse.Namespace) -> None:
     profile, report = fit(rows, base, name=name, nics_per_node=args.nics_per_node, host_cores=args.host_cores,
                           vendor_library=args.vendor_library, tie_links=not args.untie_links)
     print(format_report(report))
+    if "chunk_overhead" in profile.sources:
+        print(f"chunk_overhead: {profile.chunk_overhead * 1e6:.0f} us a phase and chunk of a pipelined call "
+              f"({profile.sources['chunk_overhead']})")
     print(f"wrote {profile.save(args.output)}")
 
 

@@ -546,14 +546,16 @@ def pipelined_time(collective: str, nbytes: float, nodes: int, local_size: int, 
     """Seconds of ``hier:pipelined`` in ``chunks`` chunks: each phase of one chunk costs ``t_s`` (its latency
     plus 1/chunks of its bytes), the first chunk passes every phase and each further one adds what bounds a
     chunk: the slowest phase, or the cores' work of every phase (a rank's phases share its cores; on a shared
-    host, every rank's): ``sum_s t_s + (chunks - 1) max(max_s t_s, sum_s host_s)``."""
+    host, every rank's): ``sum_s t_s + (chunks - 1) max(max_s t_s, sum_s host_s)``; and each phase of each chunk
+    its ``chunk_overhead`` of the cores' work, contended like the rest of it."""
     factor = contention(nodes * local_size, profile.host_cores)
     phases = [cost.contended(factor) for _, cost in
               hierarchical_phases(collective, PIPELINED, nbytes / chunks, nodes, local_size, profile.nics_per_node,
                                   "mpi")]
     times = [cost.time(profile) for cost in phases]
     host = sum(cost.host().time(profile) for cost in phases)
-    return profile.overhead * factor + sum(times) + (chunks - 1) * max(max(times), host)
+    return (profile.overhead * factor + sum(times) + (chunks - 1) * max(max(times), host)
+            + chunks * len(phases) * profile.chunk_overhead * factor)
 
 
 MAX_CHUNKS = 32

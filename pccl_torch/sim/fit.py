@@ -26,6 +26,7 @@ from scipy.optimize import nnls
 from pccl_torch.plan import PIPELINED
 from pccl_torch.sim.costs import Terms, profile_terms
 from pccl_torch.sim.machine import PARAMS, TOPOLOGY_KEYS, MachineProfile
+from pccl_torch.sim.pipeline import predict_as_run
 
 BASELINES = {"gloo": "vendor", "nccl": "vendor", "rccl": "vendor", "mpi": "mpi"}
 """pccl-bench baseline backends and the pccl algorithm each one is modelled as."""
@@ -83,11 +84,12 @@ def modelled_algorithm(row: Mapping[str, Any]) -> str | None:
     return row["algorithm"] if row["backend"] == "pccl" else BASELINES.get(row["backend"])
 
 
-def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
+def samples(rows: Iterable[Mapping[str, Any]], *, pipelined: bool = False) -> list[Sample]:
     """The rows ``fit`` uses: pccl rows as run, baselines as their pccl equivalent; rows with wrong
     results are dropped, and so are pipelined rows (their time is a max over phases, not linear in the
     parameters; ``costs.pipelined_time`` predicts them from the fitted ones) and compressed rows (``compression``
-    set: their algorithm is named without the wire format, and the model does not price encoding)."""
+    set: their algorithm is named without the wire format, and the model does not price encoding).
+    ``pipelined``: the pipelined rows instead (what ``chunk_overhead`` is fitted on)."""
     out = []
     for index, row in enumerate(rows):
         missing = missing_keys(row)
@@ -98,7 +100,7 @@ def samples(rows: Iterable[Mapping[str, Any]]) -> list[Sample]:
         if algorithm is None:
             continue
         # wrong -1: not checked
-        if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED) or row.get("compression"):
+        if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED) != pipelined or row.get("compression"):
             continue
         out.append(Sample(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
                           int(row["local_size"]), float(row["time_us"]) * 1e-6))
@@ -157,7 +159,30 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
         sources[tied] = f"{into} / nics_per_node ({sources[into]})"
         (fitted if into in fitted else kept).append(tied)
     profile = replace(shape, sources=sources, **{p: float(values[p]) for p in PARAMS})
+    piped = samples(rows, pipelined=True)
+    if piped:
+        overhead, error = fit_chunk_overhead(piped, profile)
+        sources["chunk_overhead"] = (f"fitted by pccl-sim to {len(piped)} pipelined pccl-bench rows ({hosts}), "
+                                     f"after the others: mean |error| {error:.1%}")
+        profile = replace(profile, chunk_overhead=overhead, sources=sources)
     return profile, report(data, profile, tuple(fitted), tuple(kept))
+
+
+CHUNK_OVERHEAD_GRID = np.arange(0, 501) * 1e-5
+"""The ``chunk_overhead`` values the fit tries: 0 to 5 ms a phase and chunk, in steps of 10 us."""
+
+
+def fit_chunk_overhead(data: list[Sample], profile: MachineProfile) -> tuple[float, float]:
+    """The :data:`CHUNK_OVERHEAD_GRID` value of least mean |relative error| over pipelined rows, each priced in
+    the chunks pccl cut it into (``pipeline.predict_as_run``); and that error. One parameter, not linear in the
+    costs (a pipelined call's time is a max over phases), so it is searched, the linear ones held."""
+    def error(overhead: float) -> float:
+        trial = replace(profile, chunk_overhead=float(overhead))
+        return statistics.fmean(abs(predict_as_run(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, trial)
+                                    - s.seconds) / s.seconds for s in data)
+
+    best = min(CHUNK_OVERHEAD_GRID, key=error)
+    return float(best), error(best)
 
 
 def _terms(s: Sample, profile: MachineProfile) -> Terms:

@@ -36,6 +36,9 @@ TOPOLOGY_KEYS: tuple[str, ...] = ("host_cores", "vendor_library")
 """Optional YAML keys (facts of the machine, not fitted); a profile that leaves them out gets the defaults of
 :class:`MachineProfile`'s fields."""
 
+CHUNK_OVERHEAD_KEY = "chunk_overhead_us"
+"""The optional YAML key of :attr:`MachineProfile.chunk_overhead`."""
+
 # parameter -> (YAML key, unit): "us" stores seconds as microseconds, "GBps" stores s/byte as GB/s.
 _YAML_KEYS: dict[str, tuple[str, str]] = {
     "alpha_intra": ("alpha_intra_us", "us"),
@@ -95,6 +98,10 @@ class MachineProfile:
     vendor_library: str = "nccl"
     """The flat vendor library the model prices as ``vendor`` (:data:`VENDOR_LIBRARIES`): ``nccl``/``rccl`` run
     a ring reduce-scatter; torch's ``gloo`` backend runs reduce-scatter as an all-reduce of a copy."""
+    chunk_overhead: float = 0.0
+    """Seconds of the cores' work each phase of each chunk of a pipelined call adds (starting and completing its
+    non-blocking collective, slicing the chunk); fitted on pipelined rows after the linear parameters
+    (``pccl_torch.sim.fit``), optional in YAML (``chunk_overhead_us``, 0 when left out)."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each number comes from, keyed by field name."""
 
@@ -109,7 +116,7 @@ class MachineProfile:
         if self.vendor_library not in VENDOR_LIBRARIES:
             raise ValueError(f"vendor_library must be one of {', '.join(VENDOR_LIBRARIES)}, "
                              f"got {self.vendor_library!r}.")
-        for param in PARAMS:
+        for param in (*PARAMS, "chunk_overhead"):
             value = getattr(self, param)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ValueError(f"{param} must be a finite number >= 0, got {value!r}.")
@@ -134,6 +141,8 @@ class MachineProfile:
         for key in TOPOLOGY_KEYS:
             if key in data:
                 values[key] = data.pop(key)
+        if CHUNK_OVERHEAD_KEY in data:
+            values["chunk_overhead"] = _from_human(data.pop(CHUNK_OVERHEAD_KEY), "us", CHUNK_OVERHEAD_KEY)
         values["sources"] = {_field_of(k): str(v) for k, v in (data.pop("sources", None) or {}).items()}
         if data:
             raise TypeError(f"unexpected argument {next(iter(data))!r} in machine profile")
@@ -153,8 +162,10 @@ class MachineProfile:
                                "vendor_library": self.vendor_library}
         for param, (key, unit) in _YAML_KEYS.items():
             out[key] = _to_human(getattr(self, param), unit)
+        out[CHUNK_OVERHEAD_KEY] = _to_human(self.chunk_overhead, "us")
         if self.sources:
-            out["sources"] = {_YAML_KEYS.get(k, (k,))[0]: v for k, v in self.sources.items()}
+            out["sources"] = {_YAML_KEYS.get(k, (CHUNK_OVERHEAD_KEY if k == "chunk_overhead" else k,))[0]: v
+                              for k, v in self.sources.items()}
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -188,7 +199,7 @@ def _field_of(key: str) -> str:
     for param, (yaml_key, _) in _YAML_KEYS.items():
         if key == yaml_key:
             return param
-    return key
+    return "chunk_overhead" if key == CHUNK_OVERHEAD_KEY else key
 
 
 def search_dirs() -> list[Path]:

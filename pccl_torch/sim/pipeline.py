@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import os
 
-from pccl_torch.sim.costs import best_chunks, max_chunks
+from pccl_torch.plan import PIPELINED
+from pccl_torch.sim.costs import best_chunks, max_chunks, pipelined_time, predict
 from pccl_torch.sim.machine import MachineProfile
 
 CHUNKS_ENV = "PCCL_PIPELINE_CHUNKS"
@@ -48,3 +49,15 @@ def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,
     if machine is None:
         return max(1, min(max_chunks(nbytes), -(-nbytes // DEFAULT_CHUNK_BYTES)))
     return best_chunks(collective, nbytes, nodes, local_size, machine)
+
+
+def predict_as_run(collective: str, algorithm: str, nbytes: int, nodes: int, local_size: int,
+                   profile: MachineProfile) -> float:
+    """Predicted seconds of a call as pccl ran it: ``hier:pipelined`` in the chunks pccl cut it into
+    (:func:`pipeline_chunks` without machine parameters, as the API's choice does), not the model's best count
+    (``costs.predict``); anything else as ``costs.predict`` prices it. What ``pccl-sim validate`` and the fit of
+    ``chunk_overhead`` compare with measured rows."""
+    if algorithm.endswith(":" + PIPELINED):
+        chunks = pipeline_chunks(collective, nbytes, nodes, local_size, None)
+        return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
+    return predict(collective, algorithm, nbytes, nodes, local_size, profile)

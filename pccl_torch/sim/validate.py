@@ -1,8 +1,8 @@
 """``pccl-sim validate``: the cost model's predictions against pccl-bench measurements.
 
 Every row the model can price is predicted on the machine profile at the row's bytes and layout: a pccl row
-as the algorithm it ran (``hier:*``, ``mpi``, ``vendor``, the flat family; ``hier:pipelined`` in its best chunk
-count, as ``costs.predict`` prices it), a baseline as the pccl algorithm the fit models it as
+as the algorithm it ran (``hier:*``, ``mpi``, ``vendor``, the flat family; ``hier:pipelined`` in the chunks pccl
+cut it into, ``pipeline.predict_as_run``), a baseline as the pccl algorithm the fit models it as
 (:data:`~pccl_torch.sim.fit.BASELINES`: ``mpi`` -> MPI's own collective, ``gloo``/``nccl``/``rccl`` -> the
 vendor collective). Its error is ``(predicted - measured) / measured``. Rows the model cannot price are listed
 with the reason: compressed rows (the model does not price the encoding), rows with wrong results, unknown
@@ -28,6 +28,7 @@ from typing import Any
 
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.sim import costs
+from pccl_torch.sim.pipeline import predict_as_run
 from pccl_torch.sim.fit import BASELINES, missing_keys, modelled_algorithm
 from pccl_torch.sim.machine import MachineProfile
 from pccl_torch.units import format_size, table
@@ -209,8 +210,8 @@ def price(rows: Iterable[Mapping[str, Any]], profile: MachineProfile,
             skipped.append(Skipped(*where, name, reason))
             continue
         algorithm = modelled_algorithm(row)
-        seconds = costs.predict(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
-                                int(row["local_size"]), profile)
+        seconds = predict_as_run(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
+                                 int(row["local_size"]), profile)
         priced.append(Priced(*where, algorithm, bool(row["auto"]) and row["backend"] == "pccl",
                              float(row["time_us"]), seconds * 1e6))
     return priced, skipped

@@ -18,6 +18,7 @@ from pccl_torch.sim import PARAMS, MachineProfile, algorithms, fit, format_repor
 from pccl_torch.sim import costs, machine
 from pccl_torch.sim.cli import main, parse_gpus, sweep
 from pccl_torch.sim.fit import report, samples
+from pccl_torch.sim.pipeline import pipeline_chunks, predict_as_run
 
 N = 3 << 20  # bytes of the full buffer
 MACHINES = Path(pccl_torch.__file__).resolve().parents[1] / "configs" / "machines"
@@ -422,7 +423,8 @@ def synthetic_rows(profile: MachineProfile, noise: float = 0.0, seed: int = 0,
             backend, algorithm = {"vendor": ("gloo", "native"), "mpi": ("mpi", "native")}.get(name, ("pccl", name))
             for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20):
                 for nodes, local in layouts:
-                    t = predict(collective, name, nbytes, nodes, local, profile) * (1 + noise * rng.standard_normal())
+                    t = predict_as_run(collective, name, nbytes, nodes, local, profile) * \
+                        (1 + noise * rng.standard_normal())
                     rows.append({"collective": collective, "backend": backend, "algorithm": algorithm,
                                  "size_bytes": nbytes, "count": nbytes // 4, "dtype": "float32",
                                  "time_us": t * 1e6, "algbw_gbps": 0.0, "busbw_gbps": 0.0, "wrong": 0,
@@ -439,6 +441,29 @@ def test_fit_recovers_exact_parameters():
     assert rep.max < 1e-6 and rep.kept == () and set(rep.fitted) == set(PARAMS)
     assert {(e.collective, e.algorithm) for e in rep.per_algorithm} == {
         (c, a) for c in costs.FAMILY for a in algorithms(c) if not a.endswith(":pipelined")}
+    assert profile.chunk_overhead == 0.0 and "pipelined pccl-bench rows" in profile.sources["chunk_overhead"]
+
+
+def test_fit_recovers_the_chunk_overhead_of_pipelined_rows():
+    """Pipelined rows (priced in the chunks pccl ran: 1 MiB) fit ``chunk_overhead`` after the linear parameters;
+    it grows a pipelined call by chunks x phases x overhead x the cores' contention, and survives YAML."""
+    testbed = dataclasses.replace(TRUTH, nics_per_node=1, host_cores=2, vendor_library="gloo",
+                                  beta_vendor_inter=TRUTH.beta_inter, chunk_overhead=150e-6)
+    profile, _ = fit(synthetic_rows(testbed, layouts=((2, 2), (3, 2))), nics_per_node=1, host_cores=2,
+                     vendor_library="gloo")
+    assert profile.chunk_overhead == pytest.approx(150e-6, abs=1e-9)
+    plain = dataclasses.replace(testbed, chunk_overhead=0.0)
+    grown = costs.pipelined_time("all_gather", 16 << 20, 4, 2, testbed, 16) - \
+        costs.pipelined_time("all_gather", 16 << 20, 4, 2, plain, 16)
+    assert grown == pytest.approx(16 * 3 * 150e-6 * 4)  # 16 chunks x 3 phases x 150 us x 8 ranks / 2 cores
+    assert predict_as_run("all_gather", "hier:pipelined", 16 << 20, 4, 2, testbed) == \
+        costs.pipelined_time("all_gather", 16 << 20, 4, 2, testbed, pipeline_chunks("all_gather", 16 << 20, 4, 2, None))
+    again = MachineProfile.from_dict(profile.to_dict())
+    assert again.chunk_overhead == pytest.approx(150e-6) and again.sources["chunk_overhead"].startswith("fitted")
+    assert MachineProfile.from_dict({k: v for k, v in profile.to_dict().items()
+                                     if k not in ("chunk_overhead_us", "sources")}).chunk_overhead == 0.0
+    with pytest.raises(ValueError, match="chunk_overhead must be a finite number >= 0"):
+        dataclasses.replace(TRUTH, chunk_overhead=-1e-6)
 
 
 def test_fit_with_noise_predicts_within_noise():
