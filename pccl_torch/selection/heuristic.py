@@ -116,4 +116,3 @@ def compressed_networked_choice(collective: Collective, name: str) -> str:
     if collective == "all_reduce" and not name.startswith(HIER_PREFIX):
         return HIER_PREFIX + "mpi"
     return name
-
