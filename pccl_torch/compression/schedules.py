@@ -17,8 +17,9 @@ stands in for an inter-node schedule.
   small values never share a scale with another's large ones), lay every block end to end as bytes (the
   blocks that stay in the node as they are), run the plan's exact all-to-all on those bytes, two-level or
   flat (variable-size wires announce their sizes first, one integer per peer), and decode each block in its
-  place at its destination. Over a flat transport with a fixed-size format the blocks are cut into pieces
-  whose exchanges overlap the encoding and decoding of the next and previous piece (``chunked_all_to_all``).
+  place at its destination. pccl's flat ``mpi`` plan on host tensors, with a fixed-size format, across a slow
+  link, cuts the blocks into pieces whose exchanges overlap the encoding and decoding of the next and previous
+  piece (``chunked_all_to_all``; ``Plan.run_all_to_all`` decides, ``chunk_count`` counts).
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ def chunked_all_to_all(fmt: WireFormat, world: Transport, out: torch.Tensor, inp
     def start(k: int) -> tuple[object, torch.Tensor, Blocks, torch.Tensor]:
         spans = [cut[k] for cut in send_cuts]
         layout = Blocks.from_counts([aligned(width(j, hi - lo)) for j, (lo, hi) in enumerate(spans)])
-        outgoing = torch.empty(layout.total, dtype=torch.uint8, device=inp.device)
+        outgoing = torch.zeros(layout.total, dtype=torch.uint8, device=inp.device)  # padding: zeros, as one piece
         for j, (lo, hi) in enumerate(spans):
             if hi > lo:
                 _to_wire(fmt, send.block(inp, j)[lo:hi], layout.block(outgoing, j)[:width(j, hi - lo)],

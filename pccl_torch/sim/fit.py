@@ -160,6 +160,11 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
         (fitted if into in fitted else kept).append(tied)
     profile = replace(shape, sources=sources, **{p: float(values[p]) for p in PARAMS})
     piped = samples(rows, pipelined=True)
+    if base is not None:
+        profile = replace(profile, chunk_overhead=base.chunk_overhead)
+        sources.setdefault("chunk_overhead", base.sources.get("chunk_overhead", f"kept from {base.name}"))
+    if any(s.seconds <= 0 for s in piped):
+        raise ValueError("every row needs time_us > 0")
     if piped:
         overhead, error = fit_chunk_overhead(piped, profile)
         sources["chunk_overhead"] = (f"fitted by pccl-sim to {len(piped)} pipelined pccl-bench rows ({hosts}), "
@@ -174,8 +179,10 @@ CHUNK_OVERHEAD_GRID = np.arange(0, 501) * 1e-5
 
 def fit_chunk_overhead(data: list[Sample], profile: MachineProfile) -> tuple[float, float]:
     """The :data:`CHUNK_OVERHEAD_GRID` value of least mean |relative error| over pipelined rows, each priced in
-    the chunks pccl cut it into (``pipeline.predict_as_run``); and that error. One parameter, not linear in the
-    costs (a pipelined call's time is a max over phases), so it is searched, the linear ones held."""
+    the chunks pccl cut it into (``pipeline.predict_as_run``); and that error. Fitted after the linear parameters,
+    which are held: the pipelined rows are the ones the linear fit leaves out (a max over phases), and one
+    parameter on a grid is simple and bounded (a time is affine in it, so the least mean |relative error| is also
+    a weighted median of per-row values; the grid keeps it at 10 us steps, at most 5 ms)."""
     def error(overhead: float) -> float:
         trial = replace(profile, chunk_overhead=float(overhead))
         return statistics.fmean(abs(predict_as_run(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, trial)

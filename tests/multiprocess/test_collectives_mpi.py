@@ -102,10 +102,10 @@ def test_compressed_all_to_all_moves_large_blocks_pairwise(fmt: str, tmp_path) -
                                                                ("bf16", 5, 1, 64)])
 def test_compressed_all_to_all_in_pieces(fmt: str, ranks: int, local_size: int, chunk_bytes: int, tmp_path) -> None:
     """A compressed flat ``mpi`` all-to-all on host tensors exchanges its blocks in pieces whose transfers overlap
-    the encoding (``chunked_all_to_all``), two in flight: pieces of 64 bytes of a rank's buffer (every case with
-    blocks in many, up to MAX_CHUNKS), or of 1 MiB (the ~1 Mi element cases in 4, each peer's message past MPI's
-    eager size, so a piece's send buffer freed before its exchange completed would show): the same results as
-    every other plan."""
+    the encoding (``chunked_all_to_all``), two in flight: ``--chunk-bytes 64`` (most calls in many exchanges, up
+    to MAX_CHUNKS, the pieces on 256-element boundaries and the rest empty), or 1 MiB (the largest even cases, just
+    over 1 MiB a rank, in 2 pieces whose messages are past MPI's eager size, so a piece's send buffer freed before
+    its exchange completed shows): the same results as every other plan."""
     driver(ranks, tmp_path, "--compression", fmt, "--collectives", "all_to_all", "--algorithms", "mpi,pairwise",
            "--chunk-bytes", str(chunk_bytes), local_size=local_size, min_passed_per_rank=40)
 
