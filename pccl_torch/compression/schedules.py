@@ -165,10 +165,9 @@ def all_to_all(fmt: WireFormat, move: Callable[[torch.Tensor, torch.Tensor, Bloc
     all-to-all (any schedule, flat or two-level) on the bytes; ``announce(sizes)`` tells each rank the byte
     count this rank sends it and returns what each sends this rank (variable-size formats only)."""
     p, node = len(send.counts), me // local
-    size = inp.element_size()
 
     def wire_of(i: int, count: int) -> int | None:  # bytes of one block on the wire (None: known once sent)
-        return count * size if i // local == node or count == 0 else fmt.wire_bytes(count, inp.dtype)
+        return _wire_bytes(fmt, inp.dtype, count, i // local == node)
 
     pieces = [wire_of(j, c) for j, c in enumerate(send.counts)]
     encoded = {j: fmt.encode(send.block(inp, j)) for j, width in enumerate(pieces) if width is None}
@@ -189,6 +188,12 @@ def all_to_all(fmt: WireFormat, move: Callable[[torch.Tensor, torch.Tensor, Bloc
         if count:
             wire = recv_bytes.block(incoming, i)
             _from_wire(fmt, wire if widths[i] is None else wire[:widths[i]], recv.block(out, i), i // local == node)
+
+
+def _wire_bytes(fmt: WireFormat, dtype: torch.dtype, count: int, near: bool) -> int | None:
+    """Bytes of ``count`` elements of a block on the wire: as they are when the block stays in the node (``near``),
+    else the format's (None for a variable-size format: known once encoded)."""
+    return count * dtype.itemsize if near or count == 0 else fmt.wire_bytes(count, dtype)
 
 
 def _to_wire(fmt: WireFormat, block: torch.Tensor, slot: torch.Tensor, near: bool) -> None:
@@ -237,14 +242,14 @@ def chunked_all_to_all(fmt: WireFormat, world: Transport, out: torch.Tensor, inp
     cut into ``chunks`` pieces (on :data:`QBLOCK` boundaries, so the scales, and the values, are those of the
     whole block): piece ``k + 1`` is encoded and started before piece ``k`` is waited for and decoded, so the
     cores encode and decode while the network carries the bytes (the same ``chunks`` on every rank)."""
-    node, size = me // local, inp.element_size()
+    node = me // local
 
     def cuts(counts: tuple[int, ...]) -> list[list[tuple[int, int]]]:  # ``chunks`` pieces a block, some empty
         return [(bounds := chunk_bounds(c, chunks, multiple=QBLOCK)) + [(c, c)] * (chunks - len(bounds))
                 for c in counts]
 
-    def width(peer: int, n: int) -> int:  # bytes of n elements for or from ``peer`` on the wire
-        return n * size if peer // local == node or n == 0 else fmt.wire_bytes(n, inp.dtype)
+    def width(peer: int, n: int) -> int:  # bytes of n elements for or from ``peer`` on the wire (fixed-size format)
+        return _wire_bytes(fmt, inp.dtype, n, peer // local == node)
 
     send_cuts, recv_cuts = cuts(send.counts), cuts(recv.counts)
 

@@ -36,9 +36,6 @@ TOPOLOGY_KEYS: tuple[str, ...] = ("host_cores", "vendor_library")
 """Optional YAML keys (facts of the machine, not fitted); a profile that leaves them out gets the defaults of
 :class:`MachineProfile`'s fields."""
 
-CHUNK_OVERHEAD_KEY = "chunk_overhead_us"
-"""The optional YAML key of :attr:`MachineProfile.chunk_overhead`."""
-
 # parameter -> (YAML key, unit): "us" stores seconds as microseconds, "GBps" stores s/byte as GB/s.
 _YAML_KEYS: dict[str, tuple[str, str]] = {
     "alpha_intra": ("alpha_intra_us", "us"),
@@ -54,6 +51,9 @@ _YAML_KEYS: dict[str, tuple[str, str]] = {
     "copy": ("copy_GBps", "GBps"),
     "overhead": ("overhead_us", "us"),
 }
+# Fitted like the above but optional in YAML (0 when left out: profiles written before it existed load unchanged).
+_OPTIONAL_YAML_KEYS: dict[str, tuple[str, str]] = {"chunk_overhead": ("chunk_overhead_us", "us")}
+_ALL_YAML_KEYS = {**_YAML_KEYS, **_OPTIONAL_YAML_KEYS}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -116,7 +116,7 @@ class MachineProfile:
         if self.vendor_library not in VENDOR_LIBRARIES:
             raise ValueError(f"vendor_library must be one of {', '.join(VENDOR_LIBRARIES)}, "
                              f"got {self.vendor_library!r}.")
-        for param in (*PARAMS, "chunk_overhead"):
+        for param in (*PARAMS, *_OPTIONAL_YAML_KEYS):
             value = getattr(self, param)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ValueError(f"{param} must be a finite number >= 0, got {value!r}.")
@@ -141,8 +141,9 @@ class MachineProfile:
         for key in TOPOLOGY_KEYS:
             if key in data:
                 values[key] = data.pop(key)
-        if CHUNK_OVERHEAD_KEY in data:
-            values["chunk_overhead"] = _from_human(data.pop(CHUNK_OVERHEAD_KEY), "us", CHUNK_OVERHEAD_KEY)
+        for param, (key, unit) in _OPTIONAL_YAML_KEYS.items():
+            if key in data:
+                values[param] = _from_human(data.pop(key), unit, key)
         values["sources"] = {_field_of(k): str(v) for k, v in (data.pop("sources", None) or {}).items()}
         if data:
             raise TypeError(f"unexpected argument {next(iter(data))!r} in machine profile")
@@ -160,12 +161,10 @@ class MachineProfile:
         out: dict[str, Any] = {"name": self.name, "ranks_per_node": self.ranks_per_node,
                                "nics_per_node": self.nics_per_node, "host_cores": self.host_cores,
                                "vendor_library": self.vendor_library}
-        for param, (key, unit) in _YAML_KEYS.items():
+        for param, (key, unit) in _ALL_YAML_KEYS.items():
             out[key] = _to_human(getattr(self, param), unit)
-        out[CHUNK_OVERHEAD_KEY] = _to_human(self.chunk_overhead, "us")
         if self.sources:
-            out["sources"] = {_YAML_KEYS.get(k, (CHUNK_OVERHEAD_KEY if k == "chunk_overhead" else k,))[0]: v
-                              for k, v in self.sources.items()}
+            out["sources"] = {_ALL_YAML_KEYS.get(k, (k,))[0]: v for k, v in self.sources.items()}
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -196,10 +195,10 @@ def _from_human(value: Any, unit: str, key: str) -> float:
 
 def _field_of(key: str) -> str:
     """Field name of a ``sources`` key, which may be written as the YAML key or the field name."""
-    for param, (yaml_key, _) in _YAML_KEYS.items():
+    for param, (yaml_key, _) in _ALL_YAML_KEYS.items():
         if key == yaml_key:
             return param
-    return "chunk_overhead" if key == CHUNK_OVERHEAD_KEY else key
+    return key
 
 
 def search_dirs() -> list[Path]:

@@ -24,42 +24,29 @@ import numpy as np
 
 def sendrecv_rate(world, pair: tuple[int, int], nbytes: int, repeats: int = 3) -> float | None:
     """Median Mbit/s per direction of a ``Sendrecv`` of ``nbytes`` between the ranks of ``pair``, the others
-    waiting (collective over ``world``); None when ``pair`` is one rank."""
+    waiting (collective over ``world``); None when ``pair`` is one rank. (A ring of two: :func:`ring_rate`.)"""
+    return None if pair[0] == pair[1] else ring_rate(world, list(pair), nbytes, repeats)
+
+
+def ring_rate(world, ranks: list[int], nbytes: int, repeats: int = 3) -> float | None:
+    """Median Mbit/s per direction per link while every link of a ring is busy at once: each of ``ranks`` sends
+    ``nbytes`` to the next and receives as much from the previous one by ``Sendrecv``, the other ranks waiting
+    (collective over ``world``); None for fewer than two. Over the nodes' leaders, against :func:`sendrecv_rate`
+    between two nodes, it shows what the network joining the nodes carries when all of them send (a switch's or
+    a shared host's capacity)."""
     from mpi4py import MPI
 
     rank = world.Get_rank()
-    if pair[0] == pair[1]:
+    if len(ranks) < 2:
         return None
     buf, out = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
     times = []
-    for _ in range(repeats + 1):  # the first exchange also opens the connection: not timed
+    for _ in range(repeats + 1):  # the first exchange also opens the connections: not timed
         world.Barrier()
         start = MPI.Wtime()
-        if rank in pair:
-            peer = pair[1] if rank == pair[0] else pair[0]
-            world.Sendrecv(buf, peer, 7, out, peer, 7)
-        times.append(world.allreduce(MPI.Wtime() - start, op=MPI.MAX))
-    return nbytes * 8 / statistics.median(times[1:]) / 1e6
-
-
-def ring_rate(world, leaders: list[int], nbytes: int, repeats: int = 3) -> float | None:
-    """Median Mbit/s per direction per node link while every node's link is busy at once: each node's leader
-    sends ``nbytes`` to the next node's leader and receives as much from the previous one (collective over
-    ``world``); None for one node. Against :func:`sendrecv_rate` between two nodes it shows what the network
-    joining the nodes carries when all of them send (a switch's or a shared host's capacity)."""
-    from mpi4py import MPI
-
-    rank = world.Get_rank()
-    if len(leaders) < 2:
-        return None
-    buf, out = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
-    times = []
-    for _ in range(repeats + 1):
-        world.Barrier()
-        start = MPI.Wtime()
-        if rank in leaders:
-            i = leaders.index(rank)
-            world.Sendrecv(buf, leaders[(i + 1) % len(leaders)], 8, out, leaders[i - 1], 8)
+        if rank in ranks:
+            i = ranks.index(rank)
+            world.Sendrecv(buf, ranks[(i + 1) % len(ranks)], 7, out, ranks[i - 1], 7)
         times.append(world.allreduce(MPI.Wtime() - start, op=MPI.MAX))
     return nbytes * 8 / statistics.median(times[1:]) / 1e6
 
