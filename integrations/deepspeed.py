@@ -21,8 +21,11 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+from pathlib import Path
 
 BACKENDS = ("nccl", "gloo", "mpi", "pccl")
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "deepspeed_allreduce_buffer"  # DeepSpeed's ops/csrc/cpu/comm/shm.cpp, SHM_BUFFER_NAME
 
 
 def add_comm_arguments(parser: argparse.ArgumentParser, default: str = "pccl") -> argparse.ArgumentParser:
@@ -50,9 +53,40 @@ def force_backend(backend: str = "pccl") -> None:
         kwargs.pop("dist_backend", None)
         if args:
             args = args[1:]
-        return original(backend, *args, **kwargs)
+        result = original(backend, *args, **kwargs)
+        release_shared_memory()
+        return result
 
     init_distributed.__pccl_forced__ = backend  # type: ignore[attr-defined]
     ds_comm.init_distributed = init_distributed
     deepspeed.comm.init_distributed = init_distributed
     deepspeed.init_distributed = init_distributed
+
+
+def shared_memory_name(rank: int, env: dict[str, str] | None = None) -> str:
+    """The name DeepSpeed's CPU backend gives ``rank``'s shared-memory segment: ``<prefix>_<uid>_<addr>_<port>_<rank>``
+    from ``MASTER_ADDR`` and ``MASTER_PORT`` as it reads them."""
+    env = os.environ if env is None else env
+    return f"{SHM_PREFIX}_{os.getuid()}_{env.get('MASTER_ADDR', '')}_{env.get('MASTER_PORT', '')}_{rank}"
+
+
+def release_shared_memory() -> bool:
+    """Unlink this rank's DeepSpeed shared-memory segment once every rank has mapped it; call after
+    ``deepspeed.init_distributed``. Returns whether there was one to unlink.
+
+    On the CPU accelerator with every rank on one machine (``LOCAL_SIZE`` equal to the world size), DeepSpeed
+    creates a segment of about 66 MB a rank in ``/dev/shm`` for its inference all-reduce, maps every other rank's,
+    and never unlinks them: each run leaves its segments behind until the machine runs out of memory. A rank's
+    ``init_distributed`` returns only after it mapped all the others, so after a barrier the names are no longer
+    needed; the mappings stay valid until the processes exit.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return False
+    dist.barrier()
+    try:
+        (SHM_DIR / shared_memory_name(dist.get_rank())).unlink()
+    except FileNotFoundError:
+        return False
+    return True

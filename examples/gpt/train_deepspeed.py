@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 import harness
-from pccl_torch.integrations.deepspeed import add_comm_arguments
+from pccl_torch.integrations.deepspeed import add_comm_arguments, release_shared_memory
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
 
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
     device = harness.select_device(args.device)
 
     deepspeed.init_distributed(dist_backend=args.comm_backend)
+    release_shared_memory()  # DeepSpeed never unlinks its /dev/shm segments
     config = load_config(args.ds_config or CONFIGS / f"zero{args.zero_stage}.json", args.batch_size)
     stage = config.get("zero_optimization", {}).get("stage", 0)
     model = harness.build_model(args)

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import pccl_torch as pc
-from pccl_torch.integrations.deepspeed import add_comm_arguments
+from pccl_torch.integrations.deepspeed import SHM_DIR, add_comm_arguments, release_shared_memory, shared_memory_name
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, pccl_groups
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script by mpiexec, pccl_torch.run or deepspeed
@@ -61,8 +61,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.init_distributed(dist_backend=args.comm_backend)
+    release_shared_memory()  # DeepSpeed never unlinks its /dev/shm segments
     rank, world = dist.get_rank(), dist.get_world_size()
-    result: dict = {"backend": args.comm_backend, "default_group": type(dist.group.WORLD).__name__, "stages": {}}
+    result: dict = {"backend": args.comm_backend, "default_group": type(dist.group.WORLD).__name__, "stages": {},
+                    "shm_left": (SHM_DIR / shared_memory_name(rank)).exists()}
     on_pccl = isinstance(dist.group.WORLD, PcclProcessGroup)
     for stage in map(int, args.stages.split(",")):
         before = pc.stats("all")["calls"] if on_pccl else {}

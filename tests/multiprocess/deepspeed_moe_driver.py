@@ -21,7 +21,7 @@ import torch.distributed as dist
 from deepspeed.moe.layer import MoE
 
 import pccl_torch as pc
-from pccl_torch.integrations.deepspeed import add_comm_arguments
+from pccl_torch.integrations.deepspeed import add_comm_arguments, release_shared_memory
 from pccl_torch.integrations.torch_backend import PcclProcessGroup, bypassed, pccl_groups
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script
@@ -56,6 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     deepspeed.init_distributed(dist_backend=args.comm_backend)
+    release_shared_memory()  # DeepSpeed never unlinks its /dev/shm segments
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = Net(ep_size=world)

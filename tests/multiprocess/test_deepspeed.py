@@ -31,6 +31,7 @@ def _run(ranks: int, local_size: int, tmp_path, name: str, *args: str, zero_code
     else:
         run = launch_ranks("deepspeed_driver.py", ranks, *args, "--json", str(out), result_dir=results,
                            local_size=local_size, env=EXTENSIONS, timeout_s=900)
+    assert not any(r["shm_left"] for r in run.ranks), f"{name}: DeepSpeed's /dev/shm segments left behind"
     for stage in run[0]["stages"]:
         params = [r["stages"][stage]["params"] for r in run.ranks]
         assert all(p == pytest.approx(params[0], rel=1e-6, abs=1e-7) for p in params), f"{name}: ZeRO-{stage} ranks differ"
