@@ -425,15 +425,22 @@ def mpi_intra_net(local_size: int) -> Net:
     return Net(local_size, local_size, _MPI_INTRA, _MPI_INTRA, _MPI_INTRA)
 
 
-def split_hierarchical(algorithm: str) -> tuple[str, str] | None:
+CPU_VENDOR_LIBRARIES = frozenset({"gloo"})
+"""Vendor libraries of machines whose ranks hold CPU tensors: there pccl's ``hier:`` runs MPI inside the node."""
+
+
+def split_hierarchical(algorithm: str, vendor_library: str = "nccl") -> tuple[str, str] | None:
     """``(intra, inner)`` of a hierarchical name: intra is ``mpi`` or ``vendor``; None for a flat name.
 
-    ``hier:`` is priced with the vendor library inside the node (the GPU machines' default); the CPU
-    default (MPI inside the node) is the explicit ``hier-mpi:``. ``pipelined`` always runs MPI inside."""
+    ``hier-<library>:`` names its library. ``hier:`` runs the device's default inside the node, as
+    ``Communicator.intra`` picks it: the vendor library on GPU machines (NCCL, RCCL), MPI's shared memory on CPU
+    machines (whose vendor library, :data:`CPU_VENDOR_LIBRARIES`, is gloo). ``pipelined`` always runs MPI inside."""
     head, sep, inner = algorithm.partition(":")
     if not sep or not head.startswith("hier"):
         return None
     library = intra_library(algorithm)
+    if library is None:
+        library = "mpi" if vendor_library in CPU_VENDOR_LIBRARIES else "vendor"
     return ("mpi" if library == "mpi" or inner == PIPELINED else "vendor"), inner
 
 
@@ -523,7 +530,7 @@ def profile_terms(collective: str, algorithm: str, nbytes: float, nodes: int, lo
 def _schedule(collective: Collective, algorithm: str, nbytes: float, nodes: int, local_size: int,
               nics_per_node: int, vendor_library: str) -> Terms:
     """The uncontended cost of ``algorithm``'s schedule, without the per-call overhead."""
-    hier = split_hierarchical(algorithm)
+    hier = split_hierarchical(algorithm, vendor_library)
     if hier is not None and algorithm in algorithms(collective):
         phases = hierarchical_phases(collective, hier[1], nbytes, nodes, local_size, nics_per_node, hier[0])
         return _total(cost for _, cost in phases)

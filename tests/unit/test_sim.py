@@ -386,6 +386,21 @@ def test_hier_mpi_uses_native_latency_between_nodes():
     assert t["alpha_mpi_native"] > 0 and "alpha_inter" not in t and t["beta_inter"] > 0
 
 
+@pytest.mark.parametrize("name,vendor,intra", [
+    ("hier:ring", "gloo", "mpi"), ("hier:ring", "nccl", "vendor"), ("hier:ring", "rccl", "vendor"),
+    ("hier-gloo:ring", "gloo", "vendor"), ("hier-mpi:ring", "nccl", "mpi"), ("hier:pipelined", "nccl", "mpi"),
+])
+def test_hier_runs_the_devices_default_library_inside_the_node(name, vendor, intra):
+    """Plain ``hier:`` is MPI inside the node on a CPU machine (vendor gloo), as Communicator.intra runs it."""
+    assert costs.split_hierarchical(name, vendor) == (intra, name.partition(":")[2])
+    assert costs.split_hierarchical("ring", vendor) is None
+    if name == "hier:ring":
+        forced = "hier-mpi:ring" if intra == "mpi" else f"hier-{vendor}:ring"
+        if forced in algorithms("all_reduce"):
+            assert terms("all_reduce", name, N, 3, 2, 1, vendor_library=vendor) == \
+                terms("all_reduce", forced, N, 3, 2, 1, vendor_library=vendor)
+
+
 # ---- names and errors ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("collective", list(costs.FAMILY))
