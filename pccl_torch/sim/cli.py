@@ -218,7 +218,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--host-cores", type=int, help="cores of the one host all ranks share (the testbed: this "
                                                   "machine's); 0 = a core a rank (default: the base profile's, else 0)")
     f.add_argument("--vendor-library", choices=machine.VENDOR_LIBRARIES,
-                   help="the library the baseline rows ran (default: the base profile's, else nccl)")
+                   help="the library the baseline rows ran (default: the base profile's, else the rows' one "
+                        "vendor baseline, else nccl)")
     f.add_argument("--untie-links", action="store_true",
                    help="fit the vendor ring's bandwidth across nodes apart from MPI's (default: the same links)")
     f.set_defaults(run=_fit)

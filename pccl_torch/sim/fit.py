@@ -25,7 +25,7 @@ from scipy.optimize import nnls
 
 from pccl_torch.plan import PIPELINED
 from pccl_torch.sim.costs import Terms, profile_terms
-from pccl_torch.sim.machine import PARAMS, TOPOLOGY_KEYS, MachineProfile
+from pccl_torch.sim.machine import PARAMS, TOPOLOGY_KEYS, VENDOR_LIBRARIES, MachineProfile
 from pccl_torch.sim.pipeline import predict_as_run
 
 BASELINES = {"gloo": "vendor", "nccl": "vendor", "rccl": "vendor", "mpi": "mpi"}
@@ -107,6 +107,13 @@ def samples(rows: Iterable[Mapping[str, Any]], *, pipelined: bool = False) -> li
     return out
 
 
+def measured_vendor_library(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """The vendor library whose baseline the rows measured, when they measured exactly one (gloo on a CPU
+    machine, NCCL or RCCL on a GPU one), else None."""
+    found = {row.get("backend") for row in rows} & set(VENDOR_LIBRARIES)
+    return found.pop() if len(found) == 1 else None
+
+
 TIED = ("beta_vendor_inter", "beta_inter")
 """With ``tie_links``: the first parameter is fitted as the second divided by ``nics_per_node``."""
 
@@ -118,7 +125,7 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
 
     ``ranks_per_node`` is the rows' most common ``local_size``. The topology (``nics_per_node``, ``host_cores``,
     ``vendor_library``) is as given, else the base profile's, else ``ranks_per_node`` NICs (no NIC contention),
-    no shared cores and NCCL.
+    no shared cores and the vendor library the rows measured (:func:`measured_vendor_library`), else NCCL.
     """
     rows = list(rows)
     data = samples(rows)
@@ -127,6 +134,8 @@ def fit(rows: Iterable[Mapping[str, Any]], base: MachineProfile | None = None, *
                          f"{', '.join(repr(b) for b in BASELINES)} without wrong results")
     ranks_per_node = Counter(s.local_size for s in data).most_common(1)[0][0]
     topology = {key: getattr(base, key) for key in TOPOLOGY_KEYS} if base else {}
+    if not base and vendor_library is None:
+        vendor_library = measured_vendor_library(rows)
     topology.update((key, value) for key, value in (("host_cores", host_cores), ("vendor_library", vendor_library))
                     if value is not None)
     shape = MachineProfile(name=name, ranks_per_node=ranks_per_node,

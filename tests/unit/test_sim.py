@@ -17,7 +17,7 @@ import pccl_torch
 from pccl_torch.sim import PARAMS, MachineProfile, algorithms, fit, format_report, load, predict, terms
 from pccl_torch.sim import costs, machine
 from pccl_torch.sim.cli import main, parse_gpus, sweep
-from pccl_torch.sim.fit import report, samples
+from pccl_torch.sim.fit import measured_vendor_library, report, samples
 from pccl_torch.sim.pipeline import pipeline_chunks, predict_as_run
 
 N = 3 << 20  # bytes of the full buffer
@@ -435,7 +435,8 @@ def synthetic_rows(profile: MachineProfile, noise: float = 0.0, seed: int = 0,
     rows = []
     for collective in costs.FAMILY:
         for name in algorithms(collective):
-            backend, algorithm = {"vendor": ("gloo", "native"), "mpi": ("mpi", "native")}.get(name, ("pccl", name))
+            backend, algorithm = {"vendor": (profile.vendor_library, "native"),
+                                  "mpi": ("mpi", "native")}.get(name, ("pccl", name))
             for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20):
                 for nodes, local in layouts:
                     t = predict_as_run(collective, name, nbytes, nodes, local, profile) * \
@@ -533,6 +534,21 @@ def test_fit_shared_cores_one_link_and_gloo_recovers_every_parameter():
     assert rep.max < 1e-6 and profile.sources["beta_vendor_inter"].startswith("beta_inter / nics_per_node")
     # Fitted without the shared cores, the same rows cannot be explained.
     assert fit(rows, nics_per_node=1, vendor_library="gloo")[1].max > 0.05
+
+
+def test_fit_takes_the_vendor_library_the_rows_measured():
+    """Without --vendor-library or a base profile, gloo rows make a gloo (CPU) profile, whose hier: runs MPI inside
+    the node; given or based, the library is as given; rows of two vendor libraries name none (NCCL)."""
+    testbed = dataclasses.replace(TRUTH, nics_per_node=1, host_cores=2, vendor_library="gloo",
+                                  beta_vendor_inter=TRUTH.beta_inter)
+    rows = synthetic_rows(testbed, layouts=((2, 2), (3, 2)))
+    assert measured_vendor_library(rows) == "gloo"
+    profile, rep = fit(rows, nics_per_node=1, host_cores=2)
+    assert profile.vendor_library == "gloo" and rep.max < 1e-6
+    assert fit(rows, nics_per_node=1, host_cores=2, vendor_library="nccl")[0].vendor_library == "nccl"
+    assert fit(rows, base=TRUTH)[0].vendor_library == "nccl"
+    assert measured_vendor_library(rows + [{**rows[0], "backend": "nccl"}]) is None
+    assert measured_vendor_library([r for r in rows if r["backend"] == "pccl"]) is None
 
 
 def test_fit_untied_links_recover_a_vendor_bandwidth_of_its_own():
