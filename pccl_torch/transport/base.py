@@ -17,6 +17,15 @@ import torch
 from pccl_torch.ops import ReduceOp
 
 
+def check_split_counts(send_counts: Sequence[int] | None, recv_counts: Sequence[int] | None) -> None:
+    """``start_all_to_all``'s counts come together (split sizes) or not at all (equal blocks); one alone would
+    send one layout and receive another."""
+    if (send_counts is None) != (recv_counts is None):
+        given, missing = ("send_counts", "recv_counts") if recv_counts is None else ("recv_counts", "send_counts")
+        raise ValueError(f"start_all_to_all got {given} without {missing}; give both (split sizes) or neither "
+                         f"(equal blocks)")
+
+
 class Transport(abc.ABC):
     """Point-to-point messaging among ``size`` ranks, plus the group's own ("native") collectives."""
 

@@ -36,7 +36,7 @@ from mpi4py import MPI
 from pccl_torch import failure_notice, hotpath, watchdog
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
-from pccl_torch.transport.base import Transport
+from pccl_torch.transport.base import Transport, check_split_counts
 from pccl_torch.transport.staging import Chunk, HostStaging, blocks, chunk_bounds, chunk_count
 
 _MPI_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.PRODUCT: MPI.PROD, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
@@ -655,6 +655,7 @@ class MPITransport(Transport):
                          recv_counts: Sequence[int] | None = None) -> "MPI.Request":
         """Start MPI's all-to-all of ``size`` equal blocks, or of ``send_counts`` / ``recv_counts`` elements a
         block (``Ialltoallv``), as bytes."""
+        check_split_counts(send_counts, recv_counts)
         if send_counts is None:
             return self.comm.Ialltoall(_buffer(inp), _buffer(out))
         size = inp.element_size()

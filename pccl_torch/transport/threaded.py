@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from pccl_torch.ops import ReduceOp
-from pccl_torch.transport.base import Transport
+from pccl_torch.transport.base import Transport, check_split_counts
 
 from pccl_torch.triton_kernels import reduce_
 
@@ -154,6 +154,7 @@ class ThreadedTransport(Transport):
 
     def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int] | None = None,
                          recv_counts: Sequence[int] | None = None) -> None:
+        check_split_counts(send_counts, recv_counts)
         if send_counts is not None:
             return self.native_all_to_all(out, inp, send_counts, recv_counts)
         width = inp.numel() // self.size

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
-from pccl_torch.transport.base import Transport
+from pccl_torch.transport.base import Transport, check_split_counts
 
 LIBRARY_BY_DEVICE = {"cpu": "gloo", "cuda": "nccl"}
 """The torch.distributed library pccl's groups use for each device type's tensors."""
@@ -68,6 +68,7 @@ class TorchGroupTransport(Transport):
     def start_all_to_all(self, out: torch.Tensor, inp: torch.Tensor, send_counts: Sequence[int] | None = None,
                          recv_counts: Sequence[int] | None = None) -> dist.Work:
         """torch's all-to-all on the bytes of the blocks (split sizes in bytes: any dtype, NCCL's included)."""
+        check_split_counts(send_counts, recv_counts)
         size = inp.element_size()
         return self.group.alltoall_base(out.view(torch.uint8), inp.view(torch.uint8),
                                         [] if recv_counts is None else [c * size for c in recv_counts],

@@ -193,3 +193,15 @@ def test_chunk_count() -> None:
         [1, 1, 1, 2, 4, compressed.MAX_CHUNKS]
     assert compressed.chunk_count(1 << 20, 25e6) == 4
     assert compressed.chunk_count(1 << 20, 119e6) == 1 and compressed.chunk_count(1 << 20, None) == 1
+
+
+@pytest.mark.parametrize("given", ["send", "recv"])
+def test_start_all_to_all_takes_both_counts_or_neither(given: str) -> None:
+    """One count list alone is refused before anything moves, naming what is missing."""
+    from pccl_torch.transport.threaded import ThreadedTransport
+
+    transport = ThreadedTransport(ThreadedWorld(2), 0)
+    counts = {"send_counts": [1, 1]} if given == "send" else {"recv_counts": [1, 1]}
+    missing = "recv_counts" if given == "send" else "send_counts"
+    with pytest.raises(ValueError, match=f"got {given}_counts without {missing}; give both"):
+        transport.start_all_to_all(torch.zeros(2), torch.ones(2), **counts)
