@@ -345,13 +345,17 @@ def check_async(p: int, r: int, names: tuple[str, ...] = ASYNC_ALGORITHMS) -> st
     return None
 
 
-def correctness_cases(algorithms: dict[str, list[str]], large: bool, compression: str | None = None) -> list[Case]:
+def correctness_cases(algorithms: dict[str, list[str]], large: bool, compression: str | None = None,
+                      sample: bool = False) -> list[Case]:
+    """Every collective x algorithm x dtype x op x size. ``sample``: one reduction op per (algorithm, dtype)
+    and one large case per algorithm, rotated over the dtypes and algorithms so that each algorithm still
+    meets several ops and every op and large kind still runs (for layouts whose full product others cover)."""
     dtypes = SUPPORTED_DTYPES if compression is None else [
         d for d in FLOAT_DTYPES if wire_formats.get(compression).applies_to(d)]
     cases = []
     for collective, names in algorithms.items():
-        for name in names:
-            for dtype in dtypes:
+        for n, name in enumerate(names):
+            for d, dtype in enumerate(dtypes):
                 ops: tuple[str | None, ...]
                 if collective == "all_gather":
                     ops = (None,)
@@ -359,17 +363,22 @@ def correctness_cases(algorithms: dict[str, list[str]], large: bool, compression
                     ops = (None, "uneven")
                 else:
                     ops = FLOAT_OPS if dtype in FLOAT_DTYPES else INT_OPS
+                    if sample:
+                        ops = (ops[(n + d) % len(ops)],)
                 for op in ops:
                     for count in SMALL_BLOCKS + ((300,) if compression else ()):  # 300: two blocks of scales
                         cases.append(Case(collective, name, dtype, op, count, compression))
-            if large and collective == "all_to_all":
-                cases += [Case(collective, name, dtype, op, -1, compression)
-                          for dtype, op in ((torch.float32, None), (torch.bfloat16, "uneven")) if dtype in dtypes]
-            elif large:
-                for dtype, op in ((torch.float32, "sum"), (torch.int32, "sum"), (torch.bfloat16, "max")):
-                    if dtype in dtypes:
-                        cases.append(Case(collective, name, dtype, op if collective != "all_gather" else None, -1,
-                                          compression))
+            if not large:
+                continue
+            if collective == "all_to_all":
+                kinds: tuple[tuple[torch.dtype, str | None], ...] = ((torch.float32, None), (torch.bfloat16, "uneven"))
+            else:
+                kinds = ((torch.float32, "sum"), (torch.int32, "sum"), (torch.bfloat16, "max"))
+            kinds = tuple(kind for kind in kinds if kind[0] in dtypes)
+            if sample and kinds:
+                kinds = (kinds[n % len(kinds)],)
+            cases += [Case(collective, name, dtype, op if collective != "all_gather" else None, -1, compression)
+                      for dtype, op in kinds]
     return cases
 
 
@@ -453,6 +462,8 @@ def bad_input_cases(p: int) -> list[tuple[str, type[BaseException], str, Callabl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--no-large", action="store_true", help="skip the ~1 Mi element cases")
+    parser.add_argument("--sample", action="store_true",
+                        help="one reduction op per algorithm and dtype and one large case per algorithm, rotated")
     parser.add_argument("--collectives", default=",".join(COLLECTIVES))
     parser.add_argument("--algorithms", default="", help="comma list; default: every valid name")
     parser.add_argument("--json", help="rank 0 writes the summary here")
@@ -490,7 +501,8 @@ def main() -> int:
     collectives = args.collectives.split(",")
     wanted = set(filter(None, args.algorithms.split(",")))
     algorithms = {c: [a for a in pc.algorithms(c, DEVICE.type) if not wanted or a in wanted] for c in collectives}
-    cases = correctness_cases(algorithms, large=not args.no_large, compression=args.compression)
+    cases = correctness_cases(algorithms, large=not args.no_large, compression=args.compression,
+                              sample=args.sample)
     for case in cases:
         if case.count < 0:
             per_block = LARGE // topo.world_size + 1 if case.collective != "all_reduce" else LARGE + 3
