@@ -227,7 +227,8 @@ def parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="predicted against measured time of every pccl-bench row, and whether the "
                                         "predicted speed-up moves with the node count as measured")
     v.add_argument("results", nargs="+", help="pccl-bench JSON files (lists of rows); files at several node "
-                                              "counts add the direction check")
+                                              "counts add the direction check, several files at one node count "
+                                              "are repeated runs (their median speed-up)")
     v.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     v.add_argument("--json", help="write the rows, errors, skipped rows and speed-ups as JSON")
     v.add_argument("--plot", help="write the measured and predicted speed-up against the node count (PNG)")

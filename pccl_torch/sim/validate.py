@@ -14,13 +14,16 @@ same baseline rows over the auto row's predicted time). For each collective and 
 :data:`SAME_SIZE` of each other are one size: pccl-bench rounds the buffer to whole elements a rank, so 16M on
 3 x 2 ranks is 16,777,200 bytes) present at several node counts with the same ranks a node, each step between
 consecutive node counts is ``right`` when the predicted speed-up moves the way the measured one does (up,
-down or flat), else ``wrong``.
+down or flat), else ``wrong``. Several files at one node count are repeated runs: the point is their median
+speed-up, measured and predicted, with the measured range (a single run's best baseline can flip on one noisy
+row: MPICH's 16 MiB all-reduce on the 1 Gbit/s testbed took 172-217 ms in four runs of one day).
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,18 +94,31 @@ class Skipped(Row):
 
 @dataclass(frozen=True, slots=True)
 class SpeedupPoint:
-    """pccl's choice against the best baseline at one node count (one bench file)."""
+    """pccl's choice against the best baseline at one node count: one bench file, or the median of repeated
+    runs (several files at that node count)."""
 
     nodes: int
     source: str
     algorithm: str
-    """pccl's choice (the auto row's algorithm)."""
+    """pccl's choice (the auto row's algorithm; the most common one over repeated runs)."""
     baseline: str
-    """The measured-best baseline's backend."""
+    """The measured-best baseline's backend (the most common one over repeated runs)."""
     measured: float
-    """Best baseline time / pccl's time, measured (> 1: pccl faster)."""
+    """Best baseline time / pccl's time, measured (> 1: pccl faster); the median over repeated runs."""
     predicted: float
-    """Least predicted time of the same baselines / pccl's predicted time."""
+    """Least predicted time of the same baselines / pccl's predicted time; the median over repeated runs."""
+    runs: int = 1
+    """How many bench files (repeated runs) the point is the median of."""
+    measured_low: float | None = None
+    """The least measured speed-up of the runs (None: one run)."""
+    measured_high: float | None = None
+    """The greatest measured speed-up of the runs (None: one run)."""
+
+    def measured_text(self) -> str:
+        """The measured speed-up, with the runs' range when there are several."""
+        if self.runs == 1:
+            return f"{self.measured:.2f}x"
+        return f"{self.measured:.2f}x ({self.measured_low:.2f}-{self.measured_high:.2f}, {self.runs} runs)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +262,21 @@ def _point(rows: list[Priced]) -> SpeedupPoint | str:
                         min(r.predicted_us for r in baselines) / auto.predicted_us)
 
 
+def _median_point(points: list[SpeedupPoint]) -> SpeedupPoint:
+    """One point for repeated runs at a node count: median speed-ups, the most common choice and baseline."""
+    if len(points) == 1:
+        return points[0]
+    measured = [p.measured for p in points]
+
+    def most_common(values: Iterable[str]) -> str:
+        return Counter(values).most_common(1)[0][0]
+
+    return SpeedupPoint(points[0].nodes, ", ".join(Path(p.source).name for p in points),
+                        most_common(p.algorithm for p in points), most_common(p.baseline for p in points),
+                        statistics.median(measured), statistics.median(p.predicted for p in points),
+                        len(points), min(measured), max(measured))
+
+
 def _move(before: float, after: float) -> str:
     return "up" if after > before else "down" if after < before else "flat"
 
@@ -265,15 +296,11 @@ def trends(priced: list[Priced]) -> list[Trend]:
             continue
         notes, points = [], []
         for nodes in counts:
-            sources = [rows for (n, _), rows in by_point.items() if n == nodes]
-            if len(sources) > 1:
-                notes.append(f"{len(sources)} files at {nodes} nodes")
-                continue
-            point = _point(sources[0])
-            if isinstance(point, str):
-                notes.append(point)
-            else:
-                points.append(point)
+            found = [_point(rows) for (n, _), rows in by_point.items() if n == nodes]
+            notes += [p for p in found if isinstance(p, str)]
+            usable = [p for p in found if not isinstance(p, str)]
+            if usable:
+                points.append(_median_point(usable))
         steps = [Step(a.nodes, b.nodes, _move(a.measured, b.measured), _move(a.predicted, b.predicted),
                       "right" if _move(a.measured, b.measured) == _move(a.predicted, b.predicted) else "wrong")
                  for a, b in zip(points, points[1:])]
@@ -347,7 +374,7 @@ def format_direction(v: Validation) -> list[str]:
             step = t.steps[i - 1] if i else None
             move = f"{step.measured}/{step.predicted}: {step.verdict}" if step else ""
             rows.append((t.collective, format_size(t.nbytes), f"{p.nodes} x {t.local_size}", p.algorithm, p.baseline,
-                         f"{p.measured:.2f}x", f"{p.predicted:.2f}x", move))
+                         p.measured_text(), f"{p.predicted:.2f}x", move))
     lines += table(header, rows, "<>><<>><") if rows else []
     for t in v.trends:
         if t.note:
@@ -362,8 +389,9 @@ def format_direction(v: Validation) -> list[str]:
 
 
 def plot_trends(v: Validation, path: str | Path) -> Path:
-    """pccl's speed-up over the best baseline against the node count, measured (solid) and predicted (dashed),
-    one panel per collective and a line pair per size; ValueError when no trend has two points."""
+    """pccl's speed-up over the best baseline against the node count, measured (solid; repeated runs: their
+    median, the range as an error bar) and predicted (dashed), one panel per collective and a line pair per size;
+    ValueError when no trend has two points."""
     trends = [t for t in v.trends if len(t.points) > 1]
     if not trends:
         raise ValueError("no collective and size at two or more node counts: nothing to plot")
@@ -379,7 +407,10 @@ def plot_trends(v: Validation, path: str | Path) -> Path:
             nodes = [p.nodes for p in t.points]
             color = f"C{i}"
             label = f"{format_size(t.nbytes)}, {t.local_size} a node"
-            ax.plot(nodes, [p.measured for p in t.points], "-o", color=color, label=f"{label}: measured")
+            measured = [p.measured for p in t.points]
+            spread = [[m - (p.measured_low if p.measured_low is not None else m) for m, p in zip(measured, t.points)],
+                      [(p.measured_high if p.measured_high is not None else m) - m for m, p in zip(measured, t.points)]]
+            ax.errorbar(nodes, measured, yerr=spread, fmt="-o", color=color, capsize=3, label=f"{label}: measured")
             ax.plot(nodes, [p.predicted for p in t.points], "--x", color=color, label=f"{label}: predicted")
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set(title=collective, xlabel="nodes", ylabel="pccl / best baseline (speed-up)")

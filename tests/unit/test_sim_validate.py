@@ -195,14 +195,23 @@ def test_direction_wrong_when_measured_moves_against_predicted(tmp_path, capsys)
     assert f"{opposite[moves[0]]}/{moves[0]}: wrong" in text
 
 
-def test_two_files_at_one_node_count_are_not_a_trend(tmp_path, capsys) -> None:
+def test_repeated_runs_at_a_node_count_are_one_median_point(tmp_path, capsys) -> None:
+    """Three files at 2 nodes (repeated runs): one point, their median speed-up and range; the step to 3 nodes
+    compares that median."""
     files = [write(tmp_path, "a.json", bench_with_speedups({2: 1.5})),
              write(tmp_path, "b.json", bench_with_speedups({2: 1.4})),
-             write(tmp_path, "c.json", bench_with_speedups({3: 1.2}))]
+             write(tmp_path, "d.json", bench_with_speedups({2: 1.3})),
+             write(tmp_path, "c.json", bench_with_speedups({3: 1.45}))]
     report, text = run(tmp_path, capsys, *files)
     [trend] = report["trends"]
-    assert trend["steps"] == [] and "2 files at 2 nodes" in trend["note"]
-    assert "# direction all_gather: no step checked" in text
+    two, three = trend["points"]
+    assert (two["runs"], two["measured_low"], two["measured_high"]) == (3, pytest.approx(1.3), pytest.approx(1.5))
+    assert two["measured"] == pytest.approx(1.4) and two["source"] == "a.json, b.json, d.json"
+    assert two["predicted"] == pytest.approx(predicted_speedup(2))
+    assert (three["runs"], three["measured_low"]) == (1, None)
+    [step] = trend["steps"]
+    assert step["measured"] == "up"  # the median 1.4 -> 1.45 (the first run alone, 1.5, would say down)
+    assert "1.40x (1.30-1.50, 3 runs)" in text
 
 
 # ---- the model's limits ----------------------------------------------------------------------------------
