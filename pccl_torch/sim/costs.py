@@ -386,10 +386,25 @@ FAMILY: dict[Collective, dict[str, Formula]] = {
 }
 """The hand-written schedules of each collective (the names of ``pccl_torch.plan.family``)."""
 
-VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": rs_ring, "all_reduce": ar_ring,
-                                     "all_to_all": a2a_pairwise}  # type: ignore[dict-item]
-"""What NCCL/RCCL run at scale: rings (for all-reduce too, although NCCL also has trees); for all-to-all, every
-send and receive of the rank posted at once, priced as the pairwise steps on the vendor library's links."""
+def vendor_rs_ring(net: Net, n: float) -> Terms:
+    """The vendor library's ring reduce-scatter: ``(p-1)`` neighbour steps of one block, each step's reduction
+    hidden behind the transfers. gloo's ring keeps two segments of a block in flight and reduces one while the
+    other moves (``gloo/allreduce.cc``, ``ring``); NCCL and RCCL reduce inside the kernel that copies the data.
+    The reduction runs faster than any link it overlaps (``reduce_GBps`` against ``bw_*``), so the steps'
+    transfers are the cost."""
+    return net.step(None, n / net.p) * (net.p - 1)
+
+
+def vendor_ar_ring(net: Net, n: float) -> Terms:
+    """The vendor library's ring all-reduce: :func:`vendor_rs_ring` then the ring all-gather."""
+    return vendor_rs_ring(net, n) + ag_ring(net, n)
+
+
+VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": vendor_rs_ring,
+                                     "all_reduce": vendor_ar_ring, "all_to_all": a2a_pairwise}  # type: ignore[dict-item]
+"""What NCCL/RCCL (and gloo) run: rings (for all-reduce too, although NCCL also has trees), their reductions
+overlapped with the transfers; for all-to-all, every send and receive of the rank posted at once, priced as the
+pairwise steps on the vendor library's links."""
 
 
 def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
@@ -473,7 +488,7 @@ def hierarchical_phases(collective: str, inner: str, nbytes: float, nodes: int, 
     else:
         local = vendor_intra_net(local_size)
         ag = ("intra vendor all_gather", ag_ring(local, nbytes))
-        rs = ("intra vendor reduce_scatter", rs_ring(local, nbytes))
+        rs = ("intra vendor reduce_scatter", vendor_rs_ring(local, nbytes))
     if collective == "all_gather":
         return [inter, ag, ("unpack", _copy(nbytes))]
     if collective == "reduce_scatter":
