@@ -21,6 +21,8 @@ CONFIRM_FIELDS = ("confirm_iters", "confirm_auto_us", "confirm_fixed", "confirm_
                   "confirm_repeat_ratio")
 #: Present on exact auto rows only, with online tuning (PCCL_TUNE=online): what was tried and chosen.
 TUNING_FIELDS = ("tuning",)
+#: Present on pccl's ``hier:pipelined`` rows only: the chunks the call was cut into (what the cost model prices).
+PIPELINE_FIELDS = ("chunks",)
 
 
 def _label(row: dict) -> str:
@@ -91,10 +93,11 @@ def format_footer(rows: list[dict]) -> list[str]:
 
 
 def write_json(rows: list[dict], path: str | Path) -> None:
-    """One object per row with exactly :data:`JSON_FIELDS`, plus :data:`CONFIRM_FIELDS` and :data:`TUNING_FIELDS` where measured
-    (schema in the README)."""
+    """One object per row with exactly :data:`JSON_FIELDS`, plus :data:`CONFIRM_FIELDS`, :data:`TUNING_FIELDS` and
+    :data:`PIPELINE_FIELDS` where measured (schema in docs/benchmarks.md)."""
     with open(path, "w") as fh:
-        json.dump([{k: r[k] for k in JSON_FIELDS + CONFIRM_FIELDS + TUNING_FIELDS if k in r} for r in rows], fh, indent=1)
+        json.dump([{k: r[k] for k in JSON_FIELDS + CONFIRM_FIELDS + TUNING_FIELDS + PIPELINE_FIELDS if k in r}
+                   for r in rows], fh, indent=1)
 
 
 def plot(rows: list[dict], path: str | Path) -> None:

@@ -19,6 +19,8 @@ import pccl_torch as pc
 from pccl_torch import compression
 from pccl_torch.selection import tuning
 from pccl_torch.bench.backends import Backend, make_call, parse_backends
+from pccl_torch.plan import PIPELINED
+from pccl_torch.sim.pipeline import pipeline_chunks
 from pccl_torch.transport.base import Transport
 
 
@@ -202,6 +204,8 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
                 "iters": iters, "warmup": warmup, "hostname": host, "versions": info, "transport": comm.transport,
                 "links": links,
+                **({"chunks": pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, None)}
+                   if backend.name == "pccl" and algorithm.endswith(":" + PIPELINED) else {}),
                 **(confirmed if backend.auto else {}),
                 **(tuned if backend.auto and backend.compression is None else {}),
             })

@@ -42,6 +42,8 @@ class Sample:
     nodes: int
     local_size: int
     seconds: float
+    chunks: int | None = None
+    """A pipelined row's chunk count as pccl-bench recorded it (None: not recorded, pccl's rule)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,7 @@ def samples(rows: Iterable[Mapping[str, Any]], *, pipelined: bool = False) -> li
         if row.get("wrong", 0) > 0 or algorithm.endswith(":" + PIPELINED) != pipelined or row.get("compression"):
             continue
         out.append(Sample(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
-                          int(row["local_size"]), float(row["time_us"]) * 1e-6))
+                          int(row["local_size"]), float(row["time_us"]) * 1e-6, row.get("chunks")))
     return out
 
 
@@ -194,8 +196,8 @@ def fit_chunk_overhead(data: list[Sample], profile: MachineProfile) -> tuple[flo
     a weighted median of per-row values; the grid keeps it at 10 us steps, at most 5 ms)."""
     def error(overhead: float) -> float:
         trial = replace(profile, chunk_overhead=float(overhead))
-        return statistics.fmean(abs(predict_as_run(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, trial)
-                                    - s.seconds) / s.seconds for s in data)
+        return statistics.fmean(abs(predict_as_run(s.collective, s.algorithm, s.nbytes, s.nodes, s.local_size, trial,
+                                                   s.chunks) - s.seconds) / s.seconds for s in data)
 
     best = min(CHUNK_OVERHEAD_GRID, key=error)
     return float(best), error(best)

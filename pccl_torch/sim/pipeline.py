@@ -52,12 +52,13 @@ def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,
 
 
 def predict_as_run(collective: str, algorithm: str, nbytes: int, nodes: int, local_size: int,
-                   profile: MachineProfile) -> float:
-    """Predicted seconds of a call as pccl ran it: ``hier:pipelined`` in the chunks pccl cut it into
-    (:func:`pipeline_chunks` without machine parameters, as the API's choice does), not the model's best count
-    (``costs.predict``); anything else as ``costs.predict`` prices it. What ``pccl-sim validate`` and the fit of
-    ``chunk_overhead`` compare with measured rows."""
+                   profile: MachineProfile, chunks: int | None = None) -> float:
+    """Predicted seconds of a call as pccl ran it: ``hier:pipelined`` in the chunks pccl cut it into (``chunks``,
+    which pccl-bench records in a pipelined row; else :func:`pipeline_chunks` without machine parameters, as the
+    API's choice does), not the model's best count (``costs.predict``); anything else as ``costs.predict`` prices
+    it. What ``pccl-sim validate`` and the fit of ``chunk_overhead`` compare with measured rows."""
     if algorithm.endswith(":" + PIPELINED):
-        chunks = pipeline_chunks(collective, nbytes, nodes, local_size, None)
+        if chunks is None:
+            chunks = pipeline_chunks(collective, nbytes, nodes, local_size, None)
         return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
     return predict(collective, algorithm, nbytes, nodes, local_size, profile)

@@ -2,7 +2,7 @@
 
 Every row the model can price is predicted on the machine profile at the row's bytes and layout: a pccl row
 as the algorithm it ran (``hier:*``, ``mpi``, ``vendor``, the flat family; ``hier:pipelined`` in the chunks pccl
-cut it into, ``pipeline.predict_as_run``), a baseline as the pccl algorithm the fit models it as
+cut it into, the row's ``chunks`` where pccl-bench recorded it, ``pipeline.predict_as_run``), a baseline as the pccl algorithm the fit models it as
 (:data:`~pccl_torch.sim.fit.BASELINES`: ``mpi`` -> MPI's own collective, ``gloo``/``nccl``/``rccl`` -> the
 vendor collective). Its error is ``(predicted - measured) / measured``. Rows the model cannot price are listed
 with the reason: compressed rows (the model does not price the encoding), rows with wrong results, unknown
@@ -227,7 +227,7 @@ def price(rows: Iterable[Mapping[str, Any]], profile: MachineProfile,
             continue
         algorithm = modelled_algorithm(row)
         seconds = predict_as_run(row["collective"], algorithm, int(row["size_bytes"]), int(row["nodes"]),
-                                 int(row["local_size"]), profile)
+                                 int(row["local_size"]), profile, row.get("chunks"))
         priced.append(Priced(*where, algorithm, bool(row["auto"]) and row["backend"] == "pccl",
                              float(row["time_us"]), seconds * 1e6))
     return priced, skipped

@@ -4,12 +4,13 @@ collective; the all-to-all on 3 ranks and on 2 nodes x 2), --confirm, and a brok
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from pccl_torch.bench.report import CONFIRM_FIELDS, JSON_FIELDS
+from pccl_torch.bench.report import CONFIRM_FIELDS, JSON_FIELDS, PIPELINE_FIELDS
 from pccl_torch.plan import names_for
 
 from .conftest import ROOT, launch
@@ -30,6 +31,24 @@ def test_pccl_bench_two_ranks(tmp_path) -> None:
     assert {r["size_bytes"] for r in rows} == {1024, 8192, 65536}
     assert all(r["wrong"] == 0 and r["ranks"] == 2 and r["time_us"] > 0 for r in rows)
     assert "Out of bounds values : 0 OK" in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_pipelined_rows_record_their_chunks(tmp_path) -> None:
+    """A ``hier:pipelined`` row carries the chunks the call was cut into (here fixed by PCCL_PIPELINE_CHUNKS), which
+    ``pccl-sim validate`` prices it in; no other row has the field."""
+    out = tmp_path / "bench.json"
+    command = [sys.executable, "-m", "pccl_torch.bench.cli", "-np", "4", "--local-size", "2", "-c",
+               "all_gather,reduce_scatter", "-b", "64K", "-e", "64K", "-n", "2", "-w", "1",
+               "--backends", "pccl:hier:pipelined,pccl:ring", "--check", "--json", str(out), "--no-progress"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PCCL_PIPELINE_CHUNKS": "3"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    piped = [r for r in rows if r["algorithm"] == "hier:pipelined"]
+    assert len(piped) == 2 and all(r["chunks"] == 3 and r["wrong"] == 0 for r in piped)
+    assert all(set(r) == set(JSON_FIELDS) | set(PIPELINE_FIELDS) for r in piped)
+    assert all(set(r) == set(JSON_FIELDS) for r in rows if r["algorithm"] != "hier:pipelined")
 
 
 def _all_to_all_rows(tmp_path, ranks: int, local_size: int, *extra: str) -> tuple[list[dict], str]:

@@ -461,6 +461,23 @@ def test_fit_recovers_exact_parameters():
     assert profile.chunk_overhead == 0.0 and "pipelined pccl-bench rows" in profile.sources["chunk_overhead"]
 
 
+def test_fit_prices_pipelined_rows_in_their_recorded_chunks():
+    """A pipelined row that records its chunk count (pccl-bench's ``chunks``) is fitted in those chunks: rows made
+    with 8 chunks give back the overhead they were made with, where the 1 MiB rule would price other counts."""
+    testbed = dataclasses.replace(TRUTH, nics_per_node=1, host_cores=2, vendor_library="gloo",
+                                  beta_vendor_inter=TRUTH.beta_inter, chunk_overhead=150e-6)
+    rows = synthetic_rows(testbed, layouts=((2, 2), (3, 2)))
+    piped = [r for r in rows if r["algorithm"].endswith(":pipelined")]
+    assert piped
+    for r in piped:
+        r["chunks"] = 8
+        r["time_us"] = costs.pipelined_time(r["collective"], r["size_bytes"], r["nodes"], r["local_size"], testbed,
+                                            8) * 1e6
+    assert [s.chunks for s in samples(rows, pipelined=True)] == [8] * len(piped)
+    profile, _ = fit(rows, nics_per_node=1, host_cores=2, vendor_library="gloo")
+    assert profile.chunk_overhead == pytest.approx(150e-6, abs=1e-9)
+
+
 def test_fit_recovers_the_chunk_overhead_of_pipelined_rows():
     """Pipelined rows (priced in the chunks pccl ran: 1 MiB) fit ``chunk_overhead`` after the linear parameters;
     it grows a pipelined call by chunks x phases x overhead x the cores' contention, and survives YAML."""

@@ -14,6 +14,7 @@ import pytest
 from pccl_torch.sim import machine
 from pccl_torch.sim.pipeline import predict_as_run
 from pccl_torch.sim.cli import main
+from pccl_torch.sim.costs import pipelined_time
 from pccl_torch.sim.validate import _size_groups
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +86,20 @@ def test_errors_equal_hand_computed_ones(tmp_path, capsys) -> None:
     assert f"# median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}" in text
     assert set(report["per_collective"]) == {"all_gather", "reduce_scatter"}
     assert report["per_collective"]["all_gather"]["count"] == 6
+
+
+def test_a_pipelined_row_is_priced_in_its_recorded_chunks(tmp_path, capsys) -> None:
+    """pccl-bench records a pipelined row's chunk count (``chunks``); without it, pccl's 1 MiB rule (16 here)."""
+    nbytes = 16 << 20
+    rows = [row("reduce_scatter", "pccl", "hier:pipelined", 2, 2, 80000.0, nbytes=nbytes, auto=True) | {"chunks": 4},
+            row("reduce_scatter", "pccl", "hier:pipelined", 2, 2, 80000.0, nbytes=nbytes)]
+    report, _ = run(tmp_path, capsys, write(tmp_path, "piped.json", rows))
+    recorded, ruled = report["rows"]
+    assert recorded["predicted_us"] == pytest.approx(
+        pipelined_time("reduce_scatter", nbytes, 2, 2, PROFILE, 4) * 1e6, rel=1e-12)
+    assert ruled["predicted_us"] == pytest.approx(
+        pipelined_time("reduce_scatter", nbytes, 2, 2, PROFILE, 16) * 1e6, rel=1e-12)
+    assert recorded["predicted_us"] != pytest.approx(ruled["predicted_us"])
 
 
 def test_three_nodes_join_two_in_the_direction_check(tmp_path, capsys) -> None:
