@@ -18,9 +18,8 @@ from mpi4py import MPI
 import pccl_torch as pc
 from pccl_torch import compression
 from pccl_torch.selection import tuning
+from pccl_torch.api import _plan
 from pccl_torch.bench.backends import Backend, make_call, parse_backends
-from pccl_torch.plan import PIPELINED
-from pccl_torch.sim.pipeline import pipeline_chunks
 from pccl_torch.transport.base import Transport
 
 
@@ -192,9 +191,11 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 world.native_all_reduce(count, pc.ReduceOp.SUM)
                 wrong = int(count)
             seconds = medians[i]
-            algorithm = backend.algorithm or (
-                pc.choose_algorithm(collective, nbytes, comm, settings.dtype, backend.compression).partition("+")[0]
-                if backend.name == "pccl" else "native")
+            # The plan the API ran this backend's calls with (the same question choose_algorithm asks): its name
+            # for the auto row, and a pipelined plan's chunk count.
+            chosen = (_plan(comm, collective, backend.algorithm, nbytes, settings.dtype, backend.compression,
+                            issued=False) if backend.name == "pccl" else None)
+            algorithm = backend.algorithm or (chosen.name.partition("+")[0] if chosen is not None else "native")
             algbw = nbytes / seconds / 1e9
             rows.append({
                 "collective": collective, "backend": backend.name, "label": backend.label, "algorithm": algorithm,
@@ -204,8 +205,7 @@ def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) ->
                 "wrong": wrong, "ranks": ranks, "local_size": topo.local_size, "nodes": topo.num_nodes,
                 "iters": iters, "warmup": warmup, "hostname": host, "versions": info, "transport": comm.transport,
                 "links": links,
-                **({"chunks": pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, None)}
-                   if backend.name == "pccl" and algorithm.endswith(":" + PIPELINED) else {}),
+                **({"chunks": chosen.chunks} if chosen is not None and chosen.pipelined else {}),
                 **(confirmed if backend.auto else {}),
                 **(tuned if backend.auto and backend.compression is None else {}),
             })
