@@ -16,7 +16,9 @@ same baseline rows over the auto row's predicted time). For each collective and 
 consecutive node counts is ``right`` when the predicted speed-up moves the way the measured one does (up,
 down or flat), else ``wrong``. Several files at one node count are repeated runs: the point is their median
 speed-up, measured and predicted, with the measured range (a single run's best baseline can flip on one noisy
-row: MPICH's 16 MiB all-reduce on the 1 Gbit/s testbed took 172-217 ms in four runs of one day).
+row: MPICH's 16 MiB all-reduce on the 1 Gbit/s testbed took 172-217 ms in four runs of one day). Where both
+points of a step are repeated runs and their measured ranges overlap, the runs do not tell which way the
+speed-up moved: the step is ``unresolved`` (:data:`UNRESOLVED`), counted apart from right and wrong.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from pccl_torch.units import format_size, table
 
 SAME_SIZE = 0.01
 """Relative difference under which two buffer sizes count as one size in the direction check."""
+UNRESOLVED = "unresolved"
+"""The verdict of a step whose two points' measured ranges (repeated runs) overlap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,14 @@ class SpeedupPoint:
     measured_high: float | None = None
     """The greatest measured speed-up of the runs (None: one run)."""
 
+    def overlaps(self, other: "SpeedupPoint") -> bool:
+        """Whether both points are repeated runs whose measured ranges overlap: which way the speed-up moved
+        between them is then within the runs' spread."""
+        if self.measured_low is None or self.measured_high is None or other.measured_low is None \
+                or other.measured_high is None:
+            return False
+        return self.measured_low <= other.measured_high and other.measured_low <= self.measured_high
+
     def measured_text(self) -> str:
         """The measured speed-up, with the runs' range when there are several."""
         if self.runs == 1:
@@ -131,7 +143,8 @@ class Step:
     """``up``, ``down`` or ``flat``."""
     predicted: str
     verdict: str
-    """``right`` when both move the same way, else ``wrong``."""
+    """``right`` when both move the same way, else ``wrong``; :data:`UNRESOLVED` when the measured ranges of
+    the two points overlap (see :meth:`SpeedupPoint.overlaps`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +294,13 @@ def _move(before: float, after: float) -> str:
     return "up" if after > before else "down" if after < before else "flat"
 
 
+def _step(a: SpeedupPoint, b: SpeedupPoint) -> Step:
+    """How the speed-up moves from point ``a`` to point ``b`` (more nodes), and the verdict on the prediction."""
+    measured, predicted = _move(a.measured, b.measured), _move(a.predicted, b.predicted)
+    verdict = UNRESOLVED if a.overlaps(b) else "right" if measured == predicted else "wrong"
+    return Step(a.nodes, b.nodes, measured, predicted, verdict)
+
+
 def trends(priced: list[Priced]) -> list[Trend]:
     """For every (collective, size, ranks a node) priced at more than one node count: the speed-up at each node
     count and whether the predicted one moves the way the measured one does between consecutive counts."""
@@ -301,9 +321,7 @@ def trends(priced: list[Priced]) -> list[Trend]:
             usable = [p for p in found if not isinstance(p, str)]
             if usable:
                 points.append(_median_point(usable))
-        steps = [Step(a.nodes, b.nodes, _move(a.measured, b.measured), _move(a.predicted, b.predicted),
-                      "right" if _move(a.measured, b.measured) == _move(a.predicted, b.predicted) else "wrong")
-                 for a, b in zip(points, points[1:])]
+        steps = [_step(a, b) for a, b in zip(points, points[1:])]
         if len(points) < 2:
             notes.append("fewer than 2 node counts usable: no direction")
         out.append(Trend(collective, nbytes, local, points, steps, "; ".join(notes)))
@@ -381,10 +399,12 @@ def format_direction(v: Validation) -> list[str]:
             lines.append(f"{t.collective} {format_size(t.nbytes)}, {t.local_size} ranks a node: {t.note}")
     for collective in dict.fromkeys(t.collective for t in v.trends):
         steps = [(t, s) for t in v.trends if t.collective == collective for s in t.steps]
-        right = sum(s.verdict == "right" for _, s in steps)
+        verdicts = Counter(s.verdict for _, s in steps)
+        unresolved = (f"; {verdicts[UNRESOLVED]} {UNRESOLVED}: the runs' measured ranges overlap"
+                      if verdicts[UNRESOLVED] else "")
         detail = ", ".join(f"{format_size(t.nbytes)} {s.from_nodes}->{s.to_nodes} {s.verdict}" for t, s in steps)
-        lines.append(f"# direction {collective}: {right} of {len(steps)} steps right ({detail})" if steps else
-                     f"# direction {collective}: no step checked")
+        lines.append(f"# direction {collective}: {verdicts['right']} of {len(steps)} steps right{unresolved} "
+                     f"({detail})" if steps else f"# direction {collective}: no step checked")
     return lines
 
 

@@ -229,6 +229,27 @@ def test_repeated_runs_at_a_node_count_are_one_median_point(tmp_path, capsys) ->
     assert "1.40x (1.30-1.50, 3 runs)" in text
 
 
+def test_steps_within_the_runs_spread_are_unresolved(tmp_path, capsys) -> None:
+    """Repeated runs at 2, 3 and 5 nodes: where the measured ranges of two node counts overlap the step is
+    unresolved, whatever the medians say, and counted apart; where they are apart, right or wrong as usual."""
+    predicted = {n: predicted_speedup(n) for n in (2, 3, 5)}
+    moves = ["up" if predicted[b] > predicted[a] else "down" for a, b in ((2, 3), (3, 5))]
+    against = {"up": 0.8, "down": 1.25}  # a factor that moves the other way
+    runs = {2: (1.50, 1.45, 1.55)}
+    # 2 -> 3: medians against the model's move, ranges overlapping (the runs cannot tell the direction)
+    third = 1.5 * (0.97 if moves[0] == "up" else 1.03)
+    runs[3] = (third, 1.5, 2 * third - 1.5)
+    # 3 -> 5: against the model's move again, ranges 20% apart
+    runs[5] = tuple(x * against[moves[1]] for x in (third, third * 1.01, third * 0.99))
+    files = [write(tmp_path, f"n{n}-{i}.json", bench_with_speedups({n: s}))
+             for n, values in runs.items() for i, s in enumerate(values)]
+    report, text = run(tmp_path, capsys, *files)
+    [trend] = report["trends"]
+    assert [s["verdict"] for s in trend["steps"]] == ["unresolved", "wrong"]
+    assert "# direction all_gather: 0 of 2 steps right; 1 unresolved: the runs' measured ranges overlap" in text
+    assert "(16M 2->3 unresolved, 16M 3->5 wrong)" in text
+
+
 # ---- the model's limits ----------------------------------------------------------------------------------
 
 def test_one_node(tmp_path, capsys) -> None:
