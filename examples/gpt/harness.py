@@ -283,10 +283,35 @@ def launch_rank() -> int:
     return MPI.COMM_WORLD.Get_rank()
 
 
+#: A rank waiting in the logging's own reduction polls, yielding the core, for this long (the usual case: every
+#: rank arrives within it) ...
+LOG_SPIN_S = 0.002
+#: ... then sleeps this long between polls (a rank arriving late gets the cores).
+LOG_POLL_S = 0.0005
+
+
+def _wait_sharing_cores(request: MPI.Request) -> None:
+    """Wait for ``request`` without holding a core: poll and yield for :data:`LOG_SPIN_S`, then poll and sleep
+    :data:`LOG_POLL_S` in between.
+
+    MPICH's blocking ``Allreduce`` keeps its rank on the core while it waits. After each step the ranks that
+    finished first waited there for the slowest one, and with 4 ranks on 2 cores that rank got the cores back so
+    rarely that its step grew from ~65 ms into steps of 0.3-10.5 s (ZeRO-3 over pccl, one machine, 150 steps:
+    the slowest step 7-157x the median in every run), and gloo's DDP steps were 4-5x the median at worst
+    (docs/testbed/gpt-training/zero3-stalls-2026-12-05/notes.txt)."""
+    give_up_spinning = time.monotonic() + LOG_SPIN_S
+    while not request.Test():
+        if time.monotonic() < give_up_spinning:
+            os.sched_yield()
+        else:
+            time.sleep(LOG_POLL_S)
+
+
 class LogWorld:
     """The ranks of the launch, for the logging's own reductions (never a training collective): MPI's
-    ``COMM_WORLD`` under mpiexec; under torchrun (every process an MPI singleton) a gloo group of
-    torch.distributed's world, whose methods are called directly so no meter counts them."""
+    ``COMM_WORLD`` under mpiexec, non-blocking and polled without holding a core (:func:`_wait_sharing_cores`); under torchrun
+    (every process an MPI singleton) a gloo group of torch.distributed's world, whose methods are called
+    directly so no meter counts them."""
 
     def __init__(self) -> None:
         self._group = None
@@ -300,7 +325,7 @@ class LogWorld:
         """``values`` (float64) summed over ranks."""
         if self._group is None:
             out = values.copy()
-            MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+            _wait_sharing_cores(MPI.COMM_WORLD.Iallreduce(MPI.IN_PLACE, out, op=MPI.SUM))
             return out
         tensor = torch.from_numpy(values.copy())
         self._group.allreduce([tensor]).wait()
@@ -308,7 +333,9 @@ class LogWorld:
 
     def max(self, value: float) -> float:
         if self._group is None:
-            return MPI.COMM_WORLD.allreduce(value, op=MPI.MAX)
+            buf = np.array([value], dtype=np.float64)
+            _wait_sharing_cores(MPI.COMM_WORLD.Iallreduce(MPI.IN_PLACE, buf, op=MPI.MAX))
+            return float(buf[0])
         tensor = torch.tensor([value], dtype=torch.float64)
         self._group.allreduce([tensor], dist.ReduceOp.MAX).wait()
         return float(tensor.item())
