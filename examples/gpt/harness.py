@@ -309,9 +309,9 @@ def _wait_sharing_cores(request: MPI.Request) -> None:
 
 class LogWorld:
     """The ranks of the launch, for the logging's own reductions (never a training collective): MPI's
-    ``COMM_WORLD`` under mpiexec, non-blocking and polled without holding a core (:func:`_wait_sharing_cores`); under torchrun
-    (every process an MPI singleton) a gloo group of torch.distributed's world, whose methods are called
-    directly so no meter counts them."""
+    ``COMM_WORLD`` under mpiexec, non-blocking and polled without holding a core (:func:`_wait_sharing_cores`);
+    under torchrun (every process an MPI singleton) a gloo group of torch.distributed's world, whose methods are
+    called directly so no meter counts them."""
 
     def __init__(self) -> None:
         self._group = None
