@@ -106,6 +106,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("PCCL_PIPELINE_CHUNKS", "an integer from 1 to 1024", "unset (1 MiB chunks, at most 32)",
              "first pipelined call",
              "Fixes the chunk count of the `hier:pipelined` schedules.", "algorithms.md"),
+    Variable("PCCL_SCRATCH_BYTES", "a number of bytes, `0` or more", "`1073741824` (1 GiB)", "each call",
+             "The most host memory one thread keeps for the schedules' temporaries, reused from call to call "
+             "instead of page-faulted anew; `0` keeps none.", "algorithms.md"),
     Variable("PCCL_CUDA_AWARE_MPI", "`0`, `1`", "`0`", "each CUDA buffer handed to MPI",
              "`1` hands CUDA buffers to MPI directly instead of staging them through host memory "
              "(only for a CUDA-aware MPI build).", "gpus.md"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pccl_torch import scratch
 from pccl_torch.algorithms._layout import Blocks, Fold
 from pccl_torch.algorithms.registry import register
 from pccl_torch.transport.base import Transport
@@ -61,7 +62,7 @@ def bruck(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) ->
         return
     # Rotated layout: block i of `work` is the block of rank (r + i) % p.
     layout = blocks.rotated(r)
-    work = torch.empty_like(out)
+    work = scratch.empty("all_gather.bruck.work", out.numel(), out.dtype, out.device).view(out.shape)
     layout.block(work, 0).copy_(inp)
     dist = 1
     while dist < p:

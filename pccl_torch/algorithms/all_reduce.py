@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 
+from pccl_torch import scratch
 from pccl_torch.algorithms import all_gather, reduce_scatter
 from pccl_torch.algorithms._layout import Blocks, Fold
 from pccl_torch.algorithms.registry import register
@@ -22,7 +23,7 @@ def _reduce_scatter_then_all_gather(
 ) -> Callable[[Transport, torch.Tensor, ReduceOp], None]:
     def run(t: Transport, buf: torch.Tensor, op: ReduceOp) -> None:
         blocks = Blocks.balanced(buf.numel(), t.size)
-        shard = torch.empty(blocks.counts[t.rank], dtype=buf.dtype, device=buf.device)
+        shard = scratch.empty("all_reduce.two_phase.shard", blocks.counts[t.rank], buf.dtype, buf.device)
         rs(t, buf, shard, blocks, op)
         ag(t, buf, shard, blocks)
 
@@ -49,7 +50,8 @@ def recursive_doubling(t: Transport, buf: torch.Tensor, op: ReduceOp) -> None:
         t.send(buf, r - 1)
         t.recv(buf, r - 1)
         return
-    incoming = torch.empty_like(buf)
+    incoming = scratch.empty("all_reduce.recursive_doubling.incoming", buf.numel(), buf.dtype,
+                             buf.device).view(buf.shape)
     if fold.has_extra(r):
         t.recv(incoming, r + 1)
         reduce_(buf, incoming, op)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from pccl_torch import scratch
 from pccl_torch.algorithms._layout import Blocks, transpose_blocks
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
@@ -28,9 +29,9 @@ from pccl_torch.triton_kernels import permute_blocks
 def all_gather(intra: Transport, inter: Transport, inter_all_gather: Callable[..., None],
                out: torch.Tensor, inp: torch.Tensor) -> None:
     nodes, local, n = inter.size, intra.size, inp.numel()
-    from_nodes = torch.empty(nodes * n, dtype=inp.dtype, device=inp.device)
+    from_nodes = scratch.empty("hierarchical.all_gather.from_nodes", nodes * n, inp.dtype, inp.device)
     inter_all_gather(inter, from_nodes, inp, Blocks.even(nodes, n))
-    by_local_rank = torch.empty(local * nodes * n, dtype=inp.dtype, device=inp.device)
+    by_local_rank = scratch.empty("hierarchical.all_gather.by_local_rank", local * nodes * n, inp.dtype, inp.device)
     intra.native_all_gather(by_local_rank, from_nodes)
     permute_blocks(by_local_rank, out, local, nodes, n)
 
@@ -38,9 +39,9 @@ def all_gather(intra: Transport, inter: Transport, inter_all_gather: Callable[..
 def reduce_scatter(intra: Transport, inter: Transport, inter_reduce_scatter: Callable[..., None],
                    inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
-    packed = torch.empty_like(inp)
+    packed = scratch.empty("hierarchical.reduce_scatter.packed", inp.numel(), inp.dtype, inp.device)
     permute_blocks(inp, packed, nodes, local, n)
-    node_partial = torch.empty(nodes * n, dtype=inp.dtype, device=inp.device)
+    node_partial = scratch.empty("hierarchical.reduce_scatter.node_partial", nodes * n, inp.dtype, inp.device)
     intra.native_reduce_scatter(node_partial, packed, op)
     inter_reduce_scatter(inter, node_partial, out, Blocks.even(nodes, n), op)
 
@@ -52,9 +53,10 @@ def all_reduce(intra: Transport, inter: Transport, inter_all_reduce: Callable[..
     if shard_len * local == n:
         padded = buf
     else:  # the vendor reduce-scatter wants equal shards; the padding is discarded
-        padded = torch.zeros(shard_len * local, dtype=buf.dtype, device=buf.device)
+        padded = scratch.empty("hierarchical.all_reduce.padded", shard_len * local, buf.dtype, buf.device)
         padded[:n].copy_(buf)
-    shard = torch.empty(shard_len, dtype=buf.dtype, device=buf.device)
+        padded[n:].zero_()
+    shard = scratch.empty("hierarchical.all_reduce.shard", shard_len, buf.dtype, buf.device)
     intra.native_reduce_scatter(shard, padded, op)
     inter_all_reduce(inter, shard, op)
     intra.native_all_gather(padded, shard)
@@ -71,13 +73,13 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
         return
     counts = _node_send_counts(intra, send, even, inp.device)  # [l][m * local + j]: local rank l's for (m, j)
     mine = [[send.counts[m * local + j] for j in range(local)] for m in range(nodes)]
-    packed = torch.empty_like(inp)
+    packed = scratch.empty("hierarchical.all_to_all.packed", inp.numel(), inp.dtype, inp.device)
     transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
     held = [[counts[l][m * local + k] for m in range(nodes)] for l in range(local)]  # from local rank l, for node m
-    gathered = torch.empty(sum(map(sum, held)), dtype=inp.dtype, device=inp.device)
+    gathered = scratch.empty("hierarchical.all_to_all.gathered", sum(map(sum, held)), inp.dtype, inp.device)
     intra.native_all_to_all(gathered, packed, [sum(mine[m][j] for m in range(nodes)) for j in range(local)],
                             [sum(row) for row in held])
-    outgoing = torch.empty_like(gathered)
+    outgoing = scratch.empty("hierarchical.all_to_all.outgoing", gathered.numel(), inp.dtype, inp.device)
     transpose_blocks(gathered, outgoing, held)  # (local rank, node) -> (node, local rank)
     to_nodes = Blocks.from_counts([sum(held[l][m] for l in range(local)) for m in range(nodes)])
     from_nodes = Blocks.from_counts([sum(recv.counts[m * local:(m + 1) * local]) for m in range(nodes)])

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from pccl_torch import scratch
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.staging import chunk_bounds, transfer
@@ -89,8 +90,8 @@ def all_gather(intra: Transport, inter: Transport, out: torch.Tensor, inp: torch
     nodes, local, n = inter.size, intra.size, inp.numel()
     host_out = staged(out, False, (intra, inter), contents=False)
     host_in = staged(inp, False, (intra, inter))
-    from_nodes = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
-    by_local = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
+    from_nodes = scratch.empty("pipelined.all_gather.from_nodes", nodes * n, host_in.dtype, host_in.device)
+    by_local = scratch.empty("pipelined.all_gather.by_local", local * nodes * n, host_in.dtype, host_in.device)
     steps = []
     for start, stop in chunk_bounds(n, chunks):
         w = stop - start
@@ -108,8 +109,8 @@ def reduce_scatter(intra: Transport, inter: Transport, inp: torch.Tensor, out: t
                    chunks: int) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
     host_in, host_out = staged(inp, True, (intra, inter)), staged(out, True, (intra, inter), contents=False)
-    packed = torch.empty(local * nodes * n, dtype=host_in.dtype, device=host_in.device)
-    partial = torch.empty(nodes * n, dtype=host_in.dtype, device=host_in.device)
+    packed = scratch.empty("pipelined.reduce_scatter.packed", local * nodes * n, host_in.dtype, host_in.device)
+    partial = scratch.empty("pipelined.reduce_scatter.partial", nodes * n, host_in.dtype, host_in.device)
     steps = []
     for start, stop in chunk_bounds(n, chunks):
         w = stop - start
@@ -132,9 +133,10 @@ def all_reduce(intra: Transport, inter: Transport, buf: torch.Tensor, op: Reduce
     if padded_len == n:
         work = host
     else:  # every chunk a whole number of shards; the padding is discarded
-        work = torch.zeros(padded_len, dtype=host.dtype, device=host.device)
+        work = scratch.empty("pipelined.all_reduce.padded", padded_len, host.dtype, host.device)
         work[:n].copy_(host)
-    shards = torch.empty(padded_len // local, dtype=host.dtype, device=host.device)
+        work[n:].zero_()
+    shards = scratch.empty("pipelined.all_reduce.shards", padded_len // local, host.dtype, host.device)
     steps = []
     for start in range(0, padded_len, width):
         piece, shard = work[start:start + width], shards[start // local:(start + width) // local]

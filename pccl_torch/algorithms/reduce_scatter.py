@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pccl_torch import scratch
 from pccl_torch.algorithms._layout import Blocks, Fold
 from pccl_torch.algorithms.registry import register
 from pccl_torch.ops import ReduceOp
@@ -21,11 +22,11 @@ def ring(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op:
         return
     # Step s sends the partial of block (r-s-1) and receives the partial of block (r-s-2), to which
     # this rank adds its own contribution; after p-1 steps the received block is block r, complete.
-    scratch = torch.empty(2, blocks.max_count, dtype=inp.dtype, device=inp.device)
+    pair = scratch.empty("reduce_scatter.ring.pair", 2 * blocks.max_count, inp.dtype, inp.device).view(2, -1)
     sending = blocks.block(inp, (r - 1) % p)
     for step in range(p - 1):
         index = (r - step - 2) % p
-        receiving = scratch[step % 2, : blocks.counts[index]]
+        receiving = pair[step % 2, : blocks.counts[index]]
         t.sendrecv(sending, (r + 1) % p, receiving, (r - 1) % p)
         reduce_(receiving, blocks.block(inp, index), op)
         sending = receiving
@@ -42,17 +43,19 @@ def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks
         t.send(inp, r - 1)
         t.recv(out, r - 1)
         return
-    work = inp.clone()
-    scratch = torch.empty_like(inp)
+    work = scratch.empty("reduce_scatter.recursive_halving.work", inp.numel(), inp.dtype, inp.device).view(inp.shape)
+    work.copy_(inp)
+    incoming_all = scratch.empty("reduce_scatter.recursive_halving.incoming", inp.numel(), inp.dtype,
+                                 inp.device).view(inp.shape)
     if fold.has_extra(r):
-        t.recv(scratch, r + 1)
-        reduce_(work, scratch, op)
+        t.recv(incoming_all, r + 1)
+        reduce_(work, incoming_all, op)
     v = fold.virtual(r)
     lo, dist = 0, fold.pof2 // 2  # this rank's virtual range is [lo, lo + 2 * dist)
     while dist >= 1:
         keep_lo, send_lo = (lo, lo + dist) if v < lo + dist else (lo + dist, lo)
         keep = blocks.span(work, fold.first_rank(keep_lo), fold.first_rank(keep_lo + dist))
-        incoming = scratch[: keep.numel()]
+        incoming = incoming_all[: keep.numel()]
         t.sendrecv(blocks.span(work, fold.first_rank(send_lo), fold.first_rank(send_lo + dist)),
                    fold.first_rank(v ^ dist), incoming, fold.first_rank(v ^ dist))
         reduce_(keep, incoming, op)
@@ -68,7 +71,7 @@ def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks
 def pairwise(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
     r, p = t.rank, t.size
     out.copy_(blocks.block(inp, r))
-    incoming = torch.empty_like(out)
+    incoming = scratch.empty("reduce_scatter.pairwise.incoming", out.numel(), out.dtype, out.device).view(out.shape)
     for step in range(1, p):
         dest = (r + step) % p
         t.sendrecv(blocks.block(inp, dest), dest, incoming, (r - step) % p)
