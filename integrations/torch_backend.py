@@ -147,6 +147,7 @@ class PcclProcessGroup(dist.ProcessGroup):
         self._comms: dict[str, Communicator] = {comm.device.type: comm}
         self._vendors: dict[str, dist.ProcessGroup] = {"cpu": vendor}
         self._served: frozenset[str] | None = None
+        self._destroyed = False
         self._group_name = self._group_desc = ""
         #: Calls handed to the vendor group, by ProcessGroup method name: the proof that no all-gather,
         #: reduce-scatter or all-reduce bypassed pccl is that those names never appear here.
@@ -161,11 +162,29 @@ class PcclProcessGroup(dist.ProcessGroup):
     @property
     def vendor(self) -> dist.ProcessGroup:
         """The private gloo group that serves what pccl does not (CPU tensors)."""
+        self._require_live()
         return self._vendors["cpu"]
+
+    def _require_live(self) -> None:
+        if self._destroyed:
+            raise RuntimeError("this pccl process group was destroyed (destroy_process_group); create a new one")
 
     def communicators(self) -> list[Communicator]:
         """Every pccl communicator this group has built (CPU, and CUDA once used)."""
         return list(self._comms.values())
+
+    def shutdown(self) -> None:
+        """Release the group's resources now; ``destroy_process_group`` calls this, as it does on torch's own
+        groups. The communicators close (their MPI communicators and torch groups freed; collective, as the
+        destroy is) and the private vendor groups shut their threads down while the interpreter is whole. Left to
+        the interpreter's final teardown, the gloo threads they hold could abort the process ("terminate called
+        without an active exception"), after the script had finished."""
+        for comm in self._comms.values():
+            comm.close()
+        for vendor in {id(group): group for group in self._vendors.values()}.values():
+            vendor.shutdown()
+        self._vendors.clear()  # gloo's destructor joins its threads: let it run now, not at the interpreter's exit
+        self._destroyed = True
 
     # -- routing ----------------------------------------------------------------------------------------
     def served_devices(self) -> frozenset[str]:
@@ -182,6 +201,7 @@ class PcclProcessGroup(dist.ProcessGroup):
     def comm_for(self, device: torch.device) -> Communicator:
         """The group's communicator for tensors on ``device``: CPU's, built with the group, or CUDA's, built at its
         first use (collective: every member makes that first CUDA call, as NCCL builds its communicators)."""
+        self._require_live()
         comm = self._comms.get(device.type)
         if comm is None:
             if device.type != "cuda":
@@ -209,6 +229,7 @@ class PcclProcessGroup(dist.ProcessGroup):
 
     def _vendor(self, kind: str) -> dist.ProcessGroup:
         """The vendor group for a device type: gloo for CPU, NCCL for CUDA (gloo when NCCL is missing)."""
+        self._require_live()
         if kind not in self._vendors:
             if kind == "cuda" and dist.is_nccl_available():
                 s = self._setup
@@ -492,7 +513,7 @@ def _build_communicator(setup: _GroupSetup, device: torch.device, vendor: dist.P
             world=MPITransport(mpi, owned=True),
             vendor=TorchGroupTransport(vendor),
             intra_mpi=MPITransport(mpi.Split(color=t.node, key=t.local_rank), owned=True),
-            intra_torch=TorchGroupTransport(intra),
+            intra_torch=TorchGroupTransport(intra, owned=True),
             inter=MPITransport(mpi.Split(color=t.local_rank, key=t.node), owned=True),
             timeout_s=setup.timeout.total_seconds(),
             check=checking_from_env(),

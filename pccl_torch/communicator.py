@@ -285,7 +285,7 @@ class Communicator:
         self.forget_calls()
         self.executor.shutdown()
         if self.broken is None:
-            for transport in (self.inter, self.intra_mpi, self.intra_torch, self.world):
+            for transport in (self.inter, self.intra_mpi, self.intra_torch, self.world, self.vendor):
                 transport.close()
         if self.owns_process_group and dist.is_initialized() and self.broken is None:
             dist.destroy_process_group()

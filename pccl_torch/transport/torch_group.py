@@ -106,7 +106,14 @@ class TorchGroupTransport(Transport):
                               f"{what} over {self.name}: {str(exc).splitlines()[0]}") from exc
 
     def close(self) -> None:
-        if self._owned and self.group is not None:
+        """Let go of the group: an owned one is destroyed where torch registered it, else (a private group over a
+        store) shut down; either way this transport drops it, so that a group nobody else holds is freed now,
+        its threads joined, rather than in the interpreter's final teardown."""
+        if self.group is None:
+            return
+        if self._owned:
             if dist.is_initialized() and self.group in dist.distributed_c10d._world.pg_map:
                 dist.destroy_process_group(self.group)
-            self.group = None
+            else:
+                self.group.shutdown()
+        self.group = None

@@ -132,7 +132,7 @@ def test_torch_backend_and_ddp(ranks: int, local_size: int, tmp_path) -> None:
                        same=("ranks", "checks"))
     for r, report in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its shutdown
         assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"])
-        assert report["ranks"] == ranks and report["checks"] == 5 and report["passed"] == 5, report
+        assert report["ranks"] == ranks and report["checks"] == 6 and report["passed"] == 6, report
 
 
 @pytest.mark.multiprocess
@@ -141,9 +141,9 @@ def test_pccl_as_the_default_process_group(tmp_path) -> None:
     through pccl."""
     run = launch_ranks("torch_backend_driver.py", 4, "--default-pccl", result_dir=tmp_path / "ranks", local_size=2,
                        same=("ranks", "checks"))
-    for r, report in enumerate(run.ranks):  # 6 checks on each of the 4 ranks (24 in all)
+    for r, report in enumerate(run.ranks):  # 7 checks on each of the 4 ranks (28 in all)
         assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"])
-        assert report["default_pccl"] and report["checks"] == 6 and report["passed"] == 6, report
+        assert report["default_pccl"] and report["checks"] == 7 and report["passed"] == 7, report
 
 
 @pytest.mark.multiprocess

@@ -7,9 +7,11 @@ Every rank also writes its own result (``rank_result``) after ``pc.shutdown()`` 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import traceback
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -153,6 +155,30 @@ def check_subgroup(rank: int, size: int) -> str | None:
     return close(t, torch.full((5,), float(sum(members))), "subgroup all_reduce")
 
 
+def check_destroy_frees_the_group(rank: int, size: int) -> str | None:
+    """destroy_process_group on a pccl group closes its communicators and frees its private gloo groups now (their
+    threads joined while the interpreter is whole), and the destroyed group refuses further use."""
+    group = dist.new_group(backend="pccl")
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t, group=group)
+    if problem := close(t, torch.full((3,), float(sum(range(size)))), "all_reduce before the destroy"):
+        return problem
+    comms = group.communicators()
+    private = [weakref.ref(group.vendor)] + [weakref.ref(c.intra_torch.group) for c in comms]
+    dist.destroy_process_group(group)
+    gc.collect()
+    if not all(c.closed for c in comms):
+        return "a communicator of the destroyed group is still open"
+    alive = sum(ref() is not None for ref in private)
+    if alive:
+        return f"{alive} of the group's {len(private)} private torch groups outlived destroy_process_group"
+    try:
+        group.vendor
+    except RuntimeError as exc:
+        return None if "destroyed" in str(exc) else f"the destroyed group's error does not say so: {exc}"
+    return "a destroyed pccl group still hands out its vendor group"
+
+
 def check_functional_and_mesh(pg, rank: int, size: int) -> str | None:
     """Functional collectives (by group, by group name, by DeviceMesh) and DTensor redistributions on a
     pccl group: right results, and their all-gathers, reduce-scatters and all-reduces counted by pccl."""
@@ -245,6 +271,7 @@ def main() -> int:
         ("collectives on a pccl group", lambda: check_collectives(pg, gloo, rank, size)),
         ("DDP", lambda: check_ddp(pg, gloo, rank)),
         ("pccl subgroup", lambda: check_subgroup(rank, size)),
+        ("destroy_process_group frees a pccl group", lambda: check_destroy_frees_the_group(rank, size)),
         ("functional collectives and DeviceMesh", lambda: check_functional_and_mesh(pg, rank, size)),
         ("device-mapped backend strings", lambda: check_device_maps(rank, size)),
     ]
