@@ -131,6 +131,7 @@ def main() -> None:
                         help="train on host tensors, or each rank on its GPU (local rank modulo the GPUs); with "
                              "cuda, --comms nccl,pccl puts torch's NCCL beside pccl")
     args = parser.parse_args()
+    args.out = args.out.resolve()  # the ranks' working directory is not ours under the testbed: absolute --json paths
     frameworks, comms = args.frameworks.split(","), args.comms.split(",")
     if unknown := set(frameworks) - set(SCRIPTS):
         parser.error(f"unknown frameworks {sorted(unknown)}; choose from {', '.join(SCRIPTS)}")
