@@ -252,11 +252,15 @@ class Communicator:
         raise ValueError(f"intra-node library {library!r} does not serve {self.device.type} tensors; use "
                          f"hier-mpi:... or hier-{torch_library}:..., or hier:...")
 
+    def transports(self) -> tuple[Transport, ...]:
+        """Every level's transport (one object may serve two levels: close and abort are idempotent)."""
+        return (self.inter, self.intra_mpi, self.intra_torch, self.world, self.vendor)
+
     def mark_broken(self, error: PcclError) -> None:
         """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""
         if self.broken is None:
             self.broken = error
-            for transport in (self.world, self.inter, self.intra_mpi, self.intra_torch, self.vendor):
+            for transport in self.transports():
                 transport.abort()
             _exit_without_finalize_at_exit()
 
@@ -285,7 +289,7 @@ class Communicator:
         self.forget_calls()
         self.executor.shutdown()
         if self.broken is None:
-            for transport in (self.inter, self.intra_mpi, self.intra_torch, self.world, self.vendor):
+            for transport in self.transports():
                 transport.close()
         if self.owns_process_group and dist.is_initialized() and self.broken is None:
             dist.destroy_process_group()

@@ -36,8 +36,8 @@ _local = threading.local()
 
 
 def limit() -> int:
-    """The most bytes of scratch one thread keeps (``PCCL_SCRATCH_BYTES``; read at each call, so tests and
-    benchmarks can change it)."""
+    """The most bytes of scratch one thread keeps (``PCCL_SCRATCH_BYTES``; read whenever a buffer would be made or
+    grown, so tests and benchmarks can change it)."""
     raw = environment.read(SCRATCH_ENV)
     if not raw:
         return DEFAULT_LIMIT
@@ -66,6 +66,11 @@ def empty(role: str, numel: int, dtype: torch.dtype, device: torch.device) -> to
         kept.pop(role, None)  # the smaller buffer goes before the larger one is made
         buffer = kept[role] = torch.empty(nbytes, dtype=torch.uint8)
     return buffer[:nbytes].view(dtype)
+
+
+def empty_like(role: str, tensor: torch.Tensor) -> torch.Tensor:
+    """:func:`empty` with ``tensor``'s shape, dtype and device (``torch.empty_like`` for a contiguous tensor)."""
+    return empty(role, tensor.numel(), tensor.dtype, tensor.device).view(tensor.shape)
 
 
 def kept_bytes() -> int:

@@ -62,7 +62,7 @@ def bruck(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) ->
         return
     # Rotated layout: block i of `work` is the block of rank (r + i) % p.
     layout = blocks.rotated(r)
-    work = scratch.empty("all_gather.bruck.work", out.numel(), out.dtype, out.device).view(out.shape)
+    work = scratch.empty_like("all_gather.bruck.work", out)
     layout.block(work, 0).copy_(inp)
     dist = 1
     while dist < p:

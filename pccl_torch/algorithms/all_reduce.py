@@ -50,8 +50,7 @@ def recursive_doubling(t: Transport, buf: torch.Tensor, op: ReduceOp) -> None:
         t.send(buf, r - 1)
         t.recv(buf, r - 1)
         return
-    incoming = scratch.empty("all_reduce.recursive_doubling.incoming", buf.numel(), buf.dtype,
-                             buf.device).view(buf.shape)
+    incoming = scratch.empty_like("all_reduce.recursive_doubling.incoming", buf)
     if fold.has_extra(r):
         t.recv(incoming, r + 1)
         reduce_(buf, incoming, op)

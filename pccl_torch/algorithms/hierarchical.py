@@ -39,7 +39,7 @@ def all_gather(intra: Transport, inter: Transport, inter_all_gather: Callable[..
 def reduce_scatter(intra: Transport, inter: Transport, inter_reduce_scatter: Callable[..., None],
                    inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
-    packed = scratch.empty("hierarchical.reduce_scatter.packed", inp.numel(), inp.dtype, inp.device)
+    packed = scratch.empty_like("hierarchical.reduce_scatter.packed", inp)
     permute_blocks(inp, packed, nodes, local, n)
     node_partial = scratch.empty("hierarchical.reduce_scatter.node_partial", nodes * n, inp.dtype, inp.device)
     intra.native_reduce_scatter(node_partial, packed, op)
@@ -73,13 +73,13 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
         return
     counts = _node_send_counts(intra, send, even, inp.device)  # [l][m * local + j]: local rank l's for (m, j)
     mine = [[send.counts[m * local + j] for j in range(local)] for m in range(nodes)]
-    packed = scratch.empty("hierarchical.all_to_all.packed", inp.numel(), inp.dtype, inp.device)
+    packed = scratch.empty_like("hierarchical.all_to_all.packed", inp)
     transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
     held = [[counts[l][m * local + k] for m in range(nodes)] for l in range(local)]  # from local rank l, for node m
     gathered = scratch.empty("hierarchical.all_to_all.gathered", sum(map(sum, held)), inp.dtype, inp.device)
     intra.native_all_to_all(gathered, packed, [sum(mine[m][j] for m in range(nodes)) for j in range(local)],
                             [sum(row) for row in held])
-    outgoing = scratch.empty("hierarchical.all_to_all.outgoing", gathered.numel(), inp.dtype, inp.device)
+    outgoing = scratch.empty_like("hierarchical.all_to_all.outgoing", gathered)
     transpose_blocks(gathered, outgoing, held)  # (local rank, node) -> (node, local rank)
     to_nodes = Blocks.from_counts([sum(held[l][m] for l in range(local)) for m in range(nodes)])
     from_nodes = Blocks.from_counts([sum(recv.counts[m * local:(m + 1) * local]) for m in range(nodes)])

@@ -43,10 +43,9 @@ def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks
         t.send(inp, r - 1)
         t.recv(out, r - 1)
         return
-    work = scratch.empty("reduce_scatter.recursive_halving.work", inp.numel(), inp.dtype, inp.device).view(inp.shape)
+    work = scratch.empty_like("reduce_scatter.recursive_halving.work", inp)
     work.copy_(inp)
-    incoming_all = scratch.empty("reduce_scatter.recursive_halving.incoming", inp.numel(), inp.dtype,
-                                 inp.device).view(inp.shape)
+    incoming_all = scratch.empty_like("reduce_scatter.recursive_halving.incoming", inp)
     if fold.has_extra(r):
         t.recv(incoming_all, r + 1)
         reduce_(work, incoming_all, op)
@@ -71,7 +70,7 @@ def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks
 def pairwise(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
     r, p = t.rank, t.size
     out.copy_(blocks.block(inp, r))
-    incoming = scratch.empty("reduce_scatter.pairwise.incoming", out.numel(), out.dtype, out.device).view(out.shape)
+    incoming = scratch.empty_like("reduce_scatter.pairwise.incoming", out)
     for step in range(1, p):
         dest = (r + step) % p
         t.sendrecv(blocks.block(inp, dest), dest, incoming, (r - step) % p)

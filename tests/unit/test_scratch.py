@@ -91,3 +91,10 @@ def test_threads_keep_their_own_buffers():
     thread.start()
     thread.join()
     assert theirs and theirs[0] != mine.data_ptr()
+
+
+def test_empty_like_takes_the_tensors_shape_dtype_and_role_memory():
+    model = torch.zeros(3, 4, dtype=torch.bfloat16)
+    like = scratch.empty_like("a", model)
+    assert like.shape == (3, 4) and like.dtype == torch.bfloat16 and like.device == model.device
+    assert like.data_ptr() == scratch.empty("a", 12, torch.bfloat16, CPU).data_ptr()
