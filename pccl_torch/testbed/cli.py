@@ -1,7 +1,8 @@
 """pccl-testbed: emulated nodes on one machine (network namespaces joined by rate-shaped links), and MPI
 launches into them. Needs root and iproute2 (ip, tc).
 
-    pccl-testbed up --nodes 2 --rate 1gbit          # build (idempotent); --rate 200mbit, --burst, --delay
+    pccl-testbed up --nodes 2 --rate 1gbit          # build (idempotent); --rate 200mbit, --burst, --delay,
+                                                    #   --congestion-control (default cubic)
     pccl-testbed status                             # what exists, what is wrong; exit 1 unless up
     pccl-testbed probe                              # MPI Sendrecv rate inside a node and between nodes
     pccl-testbed run -np 4 -- python train.py       # 2 ranks per node; pccl detects the nodes itself
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--latency", default="50ms", help="tbf queue limit as a time (default 50ms)")
     up.add_argument("--delay", help="one-way delay per link end (netem; refused where the kernel lacks it)")
     up.add_argument("--subnet", default=net.DEFAULT_SUBNET, help=f"node addresses (default {net.DEFAULT_SUBNET})")
+    up.add_argument("--congestion-control", default=net.DEFAULT_CONGESTION_CONTROL, metavar="NAME",
+                    help=f"TCP congestion control of the nodes (default {net.DEFAULT_CONGESTION_CONTROL}, Linux's "
+                         "default; 'host': the host's own, whatever it is)")
     with_prefix(sub.add_parser("down", help="remove everything with the prefix"))
     st = with_prefix(sub.add_parser("status", help="show the testbed; exit 1 unless it is up and complete"))
     st.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -67,7 +71,8 @@ def _print_status(found: net.Status) -> None:
     state = "up" if found.up else ("absent" if not found.namespaces and config is None else "BROKEN")
     print(f"testbed {found.prefix}: {state}" + (f" ({config.describe()})" if config else ""))
     for node in found.nodes:
-        print(f"  {node.namespace:<12} {node.address or 'no address':<16} processes {len(node.pids)}")
+        print(f"  {node.namespace:<12} {node.address or 'no address':<16} processes {len(node.pids)}, "
+              f"TCP {node.congestion_control or 'unknown'}")
         print(f"    out (node -> hub): {node.qdisc_out or 'unshaped'}")
         print(f"    in  (hub -> node): {node.qdisc_in or 'unshaped'}")
     for problem in found.problems:
@@ -95,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     """Carry out ``args.action``; its exit status."""
     if args.action == "up":
         config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
-                               delay=args.delay, prefix=args.prefix, subnet=args.subnet)
+                               delay=args.delay, prefix=args.prefix, subnet=args.subnet,
+                               congestion_control=None if args.congestion_control == "host" else args.congestion_control)
         built = net.up(config)
         print(f"testbed {config.prefix} {'up' if built else 'already up'}: {config.describe()}")
         return 0

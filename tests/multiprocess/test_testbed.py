@@ -55,6 +55,7 @@ def test_up_is_idempotent_and_status_sees_shaped_links(testbed: TestbedConfig) -
     for node in found.nodes:
         for line in (node.qdisc_out, node.qdisc_in):
             assert line is not None and "tbf" in line and "rate 200Mbit" in line
+        assert node.congestion_control == "cubic"  # the testbed's own, not the host's default
 
 
 @pytest.mark.multiprocess

@@ -31,11 +31,22 @@ def test_config_names_addresses_and_checks() -> None:
     assert TestbedConfig(rate="200mbit").burst_bytes == 32 << 10  # at least 32 KiB
     assert TestbedConfig().burst_bytes is None and "unshaped" in TestbedConfig().describe()
     assert TestbedConfig(subnet="10.9.8.0/29", nodes=6).address(5) == "10.9.8.6"
+    assert config.congestion_control == "cubic" and "TCP cubic" in config.describe()
+    assert "the host's TCP congestion control" in TestbedConfig(congestion_control=None).describe()
     for kwargs, message in (({"nodes": 0}, "nodes must be"), ({"subnet": "10.0.0.0/30", "nodes": 3}, "nodes must be"),
                             ({"prefix": "Bad-Name"}, "prefix"), ({"rate": "quick"}, "cannot read rate"),
-                            ({"burst": 10}, "burst"), ({"delay": "soon"}, "delay"), ({"subnet": "fd00::/64"}, "IPv4")):
+                            ({"burst": 10}, "burst"), ({"delay": "soon"}, "delay"), ({"subnet": "fd00::/64"}, "IPv4"),
+                            ({"congestion_control": "cubic; reboot"}, "congestion control")):
         with pytest.raises(ValueError, match=message):
             TestbedConfig(**kwargs)
+
+
+def test_unknown_congestion_control_is_refused_before_anything_is_built(monkeypatch) -> None:
+    monkeypatch.setattr(net, "available_congestion_controls", lambda: ["reno", "cubic"])
+    monkeypatch.setattr(net, "check_tools", lambda: None)
+    monkeypatch.setattr(net, "status", lambda prefix: pytest.fail("the kernel's list must be checked first"))
+    with pytest.raises(TestbedError, match=r"'bbr' is not available in this kernel \(available: reno, cubic\)"):
+        net.up(TestbedConfig(nodes=2, congestion_control="bbr"))
 
 
 def test_rank_layouts() -> None:
