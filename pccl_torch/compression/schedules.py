@@ -32,7 +32,7 @@ import torch
 from pccl_torch.algorithms._layout import Blocks
 from pccl_torch.compression.formats import WireFormat, aligned
 from pccl_torch.ops import ReduceOp
-from pccl_torch.transport.base import Transport
+from pccl_torch.transport.base import COMPRESSED_ALL_TO_ALL, Transport
 from pccl_torch.transport.staging import chunk_bounds
 from pccl_torch.triton_kernels import QBLOCK, reduce_
 
@@ -267,7 +267,7 @@ def chunked_all_to_all(fmt: WireFormat, world: Transport, out: torch.Tensor, inp
         return request, received, incoming, outgoing  # MPI reads ``outgoing`` until the request completes
 
     def finish(k: int, request: object, received: torch.Tensor, incoming: Blocks, _sent: torch.Tensor) -> None:
-        world.wait(request, "compressed all-to-all")
+        world.wait(request, COMPRESSED_ALL_TO_ALL)
         for i, cut in enumerate(recv_cuts):
             lo, hi = cut[k]
             if hi > lo:

@@ -16,6 +16,10 @@ import torch
 
 from pccl_torch.ops import ReduceOp
 
+COMPRESSED_ALL_TO_ALL = "compressed all-to-all"
+"""What a compressed all-to-all's pieces wait under (``Transport.wait``): a transport that polls may end its
+yield phase sooner for an all-to-all, whose waits are mostly for late peers (``transport.mpi``)."""
+
 
 def check_split_counts(send_counts: Sequence[int] | None, recv_counts: Sequence[int] | None) -> None:
     """``start_all_to_all``'s counts come together (split sizes) or not at all (equal blocks); one alone would

@@ -99,6 +99,24 @@ def test_polled_waits_spin_for_a_multiple_of_the_fastest_recent_wait_of_their_ki
     assert transport._spin_for(large) == tm.SPIN_S
 
 
+@pytest.mark.parametrize("what", ["MPI's native all-to-all", "compressed all-to-all"])
+def test_all_to_all_waits_yield_for_at_most_a_millisecond_where_cores_are_shared(what: str) -> None:
+    from mpi4py import MPI
+
+    from pccl_torch.transport import mpi as tm
+
+    transport = tm.MPITransport(MPI.COMM_SELF)
+    transport.spin_s = tm.SHARED_CORES_SPIN_S
+    key, other = (what, 21), ("MPI's native all-gather", 21)
+    for _ in range(80):  # waits of 5 ms: twice that is past both caps
+        transport._learn(key, 0.005)
+        transport._learn(other, 0.005)
+    assert transport._spin_for(key) == tm.ALL_TO_ALL_MAX_SPIN_S == 0.001
+    assert transport._spin_for(other) == tm.MAX_SPIN_S
+    transport.spin_s = tm.SPIN_S
+    assert transport._spin_for(key) == tm.SPIN_S  # a core per rank: unchanged
+
+
 def test_a_completed_wait_teaches_its_kind() -> None:
     from mpi4py import MPI
 
