@@ -99,9 +99,10 @@ def _torchrun(args: argparse.Namespace, command: list[str]) -> int:
 def run(args: argparse.Namespace) -> int:
     """Carry out ``args.action``; its exit status."""
     if args.action == "up":
+        congestion_control = None if args.congestion_control == "host" else args.congestion_control
         config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
                                delay=args.delay, prefix=args.prefix, subnet=args.subnet,
-                               congestion_control=None if args.congestion_control == "host" else args.congestion_control)
+                               congestion_control=congestion_control)
         built = net.up(config)
         print(f"testbed {config.prefix} {'up' if built else 'already up'}: {config.describe()}")
         return 0

@@ -11,9 +11,10 @@ Each link is shaped in both directions: a ``tbf`` qdisc (rate, burst, queue late
 where the kernel has netem. Every node runs TCP with one named congestion control (``cubic``, Linux's
 default, unless configured otherwise), not whatever the host's default happens to be: on this machine the host
 runs BBR, which slowed schedules that change peer at every step (pairwise, recursive halving, MPICH's) by up to
-16% at 4 nodes, where a ring that keeps its peers lost nothing. Nothing is created in the caller's namespace: removing the namespaces removes
-every link, so ``down`` also cleans up after a crash. Ranks of one namespace talk through loopback and
-shared memory (fast, like the inside of a node); ranks of different namespaces cross two shaped links.
+16% at 4 nodes, where a ring that keeps its peers lost 2-7%. Nothing is created in the caller's namespace:
+removing the namespaces removes every link, so ``down`` also cleans up after a crash. Ranks of one namespace
+talk through loopback and shared memory (fast, like the inside of a node); ranks of different namespaces cross
+two shaped links.
 
 The state of testbed ``P`` (its configuration, and the launcher script that :mod:`pccl_torch.testbed.launch`
 writes there when it launches) lives in ``/run/pccl-testbed/P``; ``/etc/netns/P-nK/hosts`` maps the machine's hostname to the node's
@@ -293,8 +294,9 @@ def _set_congestion_control(namespace: str, name: str | None) -> None:
 
 
 def _congestion_control(namespace: str) -> str | None:
+    """``namespace``'s TCP congestion control (None: unreadable)."""
     result = _run("cat", str(CONGESTION_SYSCTL), namespace=namespace, check=False)
-    return result.stdout.strip() or None if result.returncode == 0 else None
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
 
 
 def _hosts_text(config: TestbedConfig, node: int) -> str:
