@@ -63,11 +63,11 @@ def _watch() -> None:
             since = watch.since
             if not since:
                 continue
+            if failure_notice.noticed():
+                _abort(f"{watch.what} was waiting when mpiexec reported a failed process")
             if now - since >= watch.timeout_s:
                 _abort(f"{watch.what} did not complete within {watch.timeout_s:g} s: a peer died, hangs, or never "
                        "made this call")
-            if failure_notice.reported():
-                _abort(f"{watch.what} was waiting when mpiexec reported a failed process")
 
 
 def _abort(reason: str) -> None:
