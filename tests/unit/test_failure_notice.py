@@ -3,6 +3,7 @@ where a Python signal handler cannot run (``PCCL_WAIT=blocking``: MPI's blocking
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,7 +16,6 @@ BLOCKED_MAIN_THREAD = textwrap.dedent("""
     from pccl_torch import failure_notice
 
     assert failure_notice.install()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     seen = {}
 
     def watch():
@@ -23,7 +23,8 @@ BLOCKED_MAIN_THREAD = textwrap.dedent("""
             time.sleep(0.01)
         seen["noticed"] = time.monotonic()
 
-    threading.Thread(target=watch, daemon=True).start()
+    threading.Thread(target=watch, daemon=True).start()  # started before the mask: it takes the signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     start = time.monotonic()
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
     ctypes.CDLL(None).sleep(2)  # blocked in C for 2 s, signal masked: no Python handler runs meanwhile
@@ -51,7 +52,7 @@ SOMEONE_ELSES_WAKEUP_FD = textwrap.dedent("""
 
 def _run(code: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={"PCCL_FAILURE_SIGNAL": "1", "PATH": "/usr/bin:/bin"})
+                          env={**os.environ, "PCCL_FAILURE_SIGNAL": "1"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
 
 
