@@ -284,18 +284,14 @@ class MPITransport(Transport):
             return self._blocking(self.comm.Reduce_scatter_block,
                                   (_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op]),
                                   "MPI's native reduce-scatter")
-        request = self._start_reduce_scatter(out, inp, datatype, _MPI_OPS[op])
+        # Equal counts, not Ireduce_scatter_block: MPICH 5.0's block form took 4-6x its blocking call's time at
+        # 512 KiB-1 MiB a call (4 ranks on one machine, polled: 1.8-2.7 ms against 0.3-0.5 ms, for all 400 calls of
+        # a run); the counts form about as long as the blocking call. (start_reduce_scatter, the pipelined
+        # hierarchy's, still starts the block form: not yet measured there.)
+        request = self.comm.Ireduce_scatter(_buffer(inp, datatype), _buffer(out, datatype),
+                                            [out.numel()] * self._size, _MPI_OPS[op])
         self._complete_collective(request, "MPI's native reduce-scatter", _nbytes(inp))
         return None
-
-    def _start_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, datatype: "MPI.Datatype",
-                              mpi_op: "MPI.Op") -> "MPI.Request":
-        """MPI's non-blocking reduce-scatter of equal blocks, as ``Ireduce_scatter`` with equal counts: MPICH 5.0's
-        ``Ireduce_scatter_block`` took 4-6x its blocking call's time at 512 KiB-1 MiB a call (4 ranks on one
-        machine, polled: 1.8-2.7 ms against 0.3-0.5 ms, for all 400 calls of a run), the counts form about as long
-        as the blocking call."""
-        return self.comm.Ireduce_scatter(_buffer(inp, datatype), _buffer(out, datatype), [out.numel()] * self._size,
-                                         mpi_op)
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
         if self._size == 1:  # the reduction of one contribution is itself
