@@ -1,7 +1,7 @@
 """Pipelined two-level compositions: the hierarchical schedules of ``hierarchical.py`` cut into chunks, so
 the intra-node phase of one chunk runs while the inter-node phase of another crosses the network.
 
-Both levels are driven by non-blocking native collectives (MPI's ``Iallgather``, ``Ireduce_scatter_block``,
+Both levels are driven by non-blocking native collectives (MPI's ``Iallgather``, ``Ireduce_scatter`` (equal counts),
 ``Iallreduce``, or a torch group's async calls where pccl runs without an MPI launch); a step of chunk ``c`` starts once step ``k - 1`` of the same
 chunk has completed. Steps are started in one fixed order on every rank (tick ``t`` starts step ``k`` of
 chunk ``t - k`` for k = 0, 1, ...), so every communicator sees its collectives in the same order on all

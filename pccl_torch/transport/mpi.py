@@ -284,13 +284,7 @@ class MPITransport(Transport):
             return self._blocking(self.comm.Reduce_scatter_block,
                                   (_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op]),
                                   "MPI's native reduce-scatter")
-        # Equal counts, not Ireduce_scatter_block: MPICH 5.0's block form took 4-6x its blocking call's time at
-        # 512 KiB-1 MiB a call (4 ranks on one machine, polled: 1.8-2.7 ms against 0.3-0.5 ms, for all 400 calls of
-        # a run); the counts form about as long as the blocking call. (start_reduce_scatter, the pipelined
-        # hierarchy's, still starts the block form: not yet measured there.)
-        request = self.comm.Ireduce_scatter(_buffer(inp, datatype), _buffer(out, datatype),
-                                            [out.numel()] * self._size, _MPI_OPS[op])
-        self._complete_collective(request, "MPI's native reduce-scatter", _nbytes(inp))
+        self._complete_collective(self.start_reduce_scatter(out, inp, op), "MPI's native reduce-scatter", _nbytes(inp))
         return None
 
     def native_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> None:
@@ -657,9 +651,14 @@ class MPITransport(Transport):
         return self.comm.Iallgather(_buffer(inp), _buffer(out))
 
     def start_reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, op: ReduceOp) -> "MPI.Request":
-        """Start MPI's reduce-scatter: ``out`` receives block ``rank`` of the ``op`` over every ``inp``."""
+        """Start MPI's reduce-scatter: ``out`` receives block ``rank`` of the ``op`` over every ``inp``.
+
+        Equal counts, not ``Ireduce_scatter_block``: MPICH 5.0's non-blocking block form took 4-9x its blocking
+        call's time at 512 KiB-1 MiB a call (2 and 4 ranks on one machine, polled, every call of a 400-call run);
+        the counts form about as long as the blocking call."""
         datatype = _MPI_TYPES[inp.dtype]
-        return self.comm.Ireduce_scatter_block(_buffer(inp, datatype), _buffer(out, datatype), _MPI_OPS[op])
+        return self.comm.Ireduce_scatter(_buffer(inp, datatype), _buffer(out, datatype),
+                                         [out.numel()] * self._size, _MPI_OPS[op])
 
     def start_all_reduce(self, tensor: torch.Tensor, op: ReduceOp) -> "MPI.Request":
         """Start MPI's in-place all-reduce of ``tensor``."""
