@@ -59,12 +59,10 @@ def _watch() -> None:
     while True:
         time.sleep(_TICK_S)
         now = time.perf_counter()
-        for watch in list(_watches):
-            since = watch.since
-            if not since:
-                continue
-            if failure_notice.noticed():
-                _abort(f"{watch.what} was waiting when mpiexec reported a failed process")
+        waiting = [(watch, since) for watch in list(_watches) if (since := watch.since)]
+        if waiting and failure_notice.noticed():  # one look at the notice a tick, however many calls wait
+            _abort(f"{waiting[0][0].what} was waiting when mpiexec reported a failed process")
+        for watch, since in waiting:
             if now - since >= watch.timeout_s:
                 _abort(f"{watch.what} did not complete within {watch.timeout_s:g} s: a peer died, hangs, or never "
                        "made this call")
