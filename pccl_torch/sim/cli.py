@@ -148,7 +148,7 @@ def _fit(args: argparse.Namespace) -> None:
 def _validate(args: argparse.Namespace) -> None:
     profile = machine.load(args.machine)
     benches = [(path, validate.load_rows(path)) for path in args.results]
-    result = validate.validate(benches, profile)
+    result = validate.validate(benches, profile, args.baseline)
     print(validate.format_validation(result))
     if args.json:
         Path(args.json).write_text(json.dumps(validate.to_json(result), indent=1))
@@ -232,6 +232,8 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
     v.add_argument("--json", help="write the rows, errors, skipped rows and speed-ups as JSON")
     v.add_argument("--plot", help="write the measured and predicted speed-up against the node count (PNG)")
+    v.add_argument("--baseline", help="the direction check's speed-up over this backend's rows only (gloo: the "
+                                      "vendor library the fit models); default: the best baseline at each point")
     v.set_defaults(run=_validate)
 
     t = sub.add_parser("step", help="training steps predicted from a one-rank run's computation and the model's "

@@ -106,9 +106,12 @@ class Terms:
 
 
 HOST_PARAMS: frozenset[str] = frozenset({"alpha_intra", "beta_intra", "alpha_vendor_intra", "beta_vendor_intra",
-                                         "gamma", "copy", "overhead"})
+                                         "alpha_inter", "alpha_mpi_native", "gamma", "copy", "overhead"})
 """The parameters of work a rank's cores do: messages inside a node (shared-memory copies, or gloo's loopback
-TCP), reductions, copies, the per-call dispatch. The others are the network's: latency and bytes on node links."""
+TCP), reductions, copies, the per-call dispatch, and the per-step latency of MPI messages between nodes: MPI's
+waits poll, so a step ends when its rank next runs on a core, later the more ranks share one (gloo's waits sleep
+in the kernel and wake at once: its step latency stays the network's). The others are the network's: bytes on
+node links, and gloo's steps across them."""
 
 
 def contention(ranks: int, host_cores: int) -> float:

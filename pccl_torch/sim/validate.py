@@ -10,7 +10,8 @@ backends, collectives or algorithm names.
 
 The direction check, where the rows cover more than one node count: at each node count, pccl's speed-up is the
 best baseline's time over pccl's choice (the auto row), measured and predicted (the least predicted time of the
-same baseline rows over the auto row's predicted time). For each collective and size (sizes within
+same baseline rows over the auto row's predicted time); or, with ``baseline``, that one backend's (``gloo``: the
+vendor library the fit models, the baseline of the at-scale figures). For each collective and size (sizes within
 :data:`SAME_SIZE` of each other are one size: pccl-bench rounds the buffer to whole elements a rank, so 16M on
 3 x 2 ranks is 16,777,200 bytes) present at several node counts with the same ranks a node, each step between
 consecutive node counts is ``right`` when the predicted speed-up moves the way the measured one does (up,
@@ -182,6 +183,8 @@ class Validation:
     node_counts: list[int]
     """The node counts of the priced rows."""
     trends: list[Trend] = field(default_factory=list)
+    baseline: str | None = None
+    """The backend the speed-ups are over (None: the best baseline at each point)."""
 
     def summary(self, collective: str | None = None) -> Summary | None:
         """Median and worst |error| over every priced row, or ``collective``'s (None: no row)."""
@@ -258,15 +261,16 @@ def _size_groups(sizes: Iterable[int]) -> dict[int, int]:
     return out
 
 
-def _point(rows: list[Priced]) -> SpeedupPoint | str:
-    """pccl's speed-up at one (file, collective, size, layout), or why there is none."""
+def _point(rows: list[Priced], baseline: str | None = None) -> SpeedupPoint | str:
+    """pccl's speed-up at one (file, collective, size, layout) over the best baseline, or over ``baseline``'s
+    rows only; or why there is none."""
     autos = [r for r in rows if r.auto]
-    baselines = [r for r in rows if r.backend != "pccl"]
+    baselines = [r for r in rows if r.backend != "pccl" and baseline in (None, r.backend)]
     nodes = rows[0].nodes
     if len(autos) != 1:
         return f"{'no' if not autos else len(autos)} auto rows at {nodes} nodes"
     if not baselines:
-        return f"no baseline row at {nodes} nodes"
+        return f"no {baseline or 'baseline'} row at {nodes} nodes"
     auto = autos[0]
     if auto.predicted_us <= 0:
         return f"pccl's predicted time is 0 at {nodes} nodes"
@@ -301,9 +305,10 @@ def _step(a: SpeedupPoint, b: SpeedupPoint) -> Step:
     return Step(a.nodes, b.nodes, measured, predicted, verdict)
 
 
-def trends(priced: list[Priced]) -> list[Trend]:
-    """For every (collective, size, ranks a node) priced at more than one node count: the speed-up at each node
-    count and whether the predicted one moves the way the measured one does between consecutive counts."""
+def trends(priced: list[Priced], baseline: str | None = None) -> list[Trend]:
+    """For every (collective, size, ranks a node) priced at more than one node count: the speed-up (over the best
+    baseline, or ``baseline``) at each node count and whether the predicted one moves the way the measured one
+    does between consecutive counts."""
     nominal = {c: _size_groups(r.nbytes for r in priced if r.collective == c) for c in {r.collective for r in priced}}
     cells: dict[tuple[str, int, int], dict[tuple[int, str], list[Priced]]] = {}
     for r in priced:
@@ -316,7 +321,7 @@ def trends(priced: list[Priced]) -> list[Trend]:
             continue
         notes, points = [], []
         for nodes in counts:
-            found = [_point(rows) for (n, _), rows in by_point.items() if n == nodes]
+            found = [_point(rows, baseline) for (n, _), rows in by_point.items() if n == nodes]
             notes += [p for p in found if isinstance(p, str)]
             usable = [p for p in found if not isinstance(p, str)]
             if usable:
@@ -329,8 +334,10 @@ def trends(priced: list[Priced]) -> list[Trend]:
     return sorted(out, key=lambda t: (order[t.collective], t.nbytes, t.local_size))
 
 
-def validate(benches: Iterable[tuple[str, list[Mapping[str, Any]]]], profile: MachineProfile) -> Validation:
-    """Price the rows of each ``(source, rows)`` bench file on ``profile`` and check the speed-up's direction."""
+def validate(benches: Iterable[tuple[str, list[Mapping[str, Any]]]], profile: MachineProfile,
+             baseline: str | None = None) -> Validation:
+    """Price the rows of each ``(source, rows)`` bench file on ``profile`` and check the direction of the speed-up
+    over the best baseline, or over ``baseline`` (a backend such as ``gloo``)."""
     priced: list[Priced] = []
     skipped: list[Skipped] = []
     sources = []
@@ -340,7 +347,8 @@ def validate(benches: Iterable[tuple[str, list[Mapping[str, Any]]]], profile: Ma
         priced += p
         skipped += s
     counts = sorted({r.nodes for r in priced})
-    return Validation(profile.name, sources, priced, skipped, counts, trends(priced) if len(counts) > 1 else [])
+    return Validation(profile.name, sources, priced, skipped, counts,
+                      trends(priced, baseline) if len(counts) > 1 else [], baseline)
 
 
 def _percent(x: float) -> str:
@@ -376,6 +384,10 @@ def format_validation(v: Validation) -> str:
     return "\n".join(lines)
 
 
+def _over(v: Validation) -> str:
+    return v.baseline or "the best baseline"
+
+
 def format_direction(v: Validation) -> list[str]:
     """The direction check: one table of speed-ups per (collective, size), then a line per collective."""
     if len(v.node_counts) < 2:
@@ -383,8 +395,8 @@ def format_direction(v: Validation) -> list[str]:
         return [f"# direction: the rows cover one node count ({counts}): no direction check"]
     if not v.trends:
         return ["# direction: no collective and size at more than one node count"]
-    lines = ["# direction: pccl's choice over the best baseline (speed-up) against the node count"]
-    header = ("collective", "size", "nodes x local", "pccl's choice", "best baseline", "measured", "predicted",
+    lines = [f"# direction: pccl's choice over {_over(v)} (speed-up) against the node count"]
+    header = ("collective", "size", "nodes x local", "pccl's choice", "baseline", "measured", "predicted",
               "moves (measured/predicted)")
     rows = []
     for t in (t for t in v.trends if t.steps):
@@ -409,9 +421,9 @@ def format_direction(v: Validation) -> list[str]:
 
 
 def plot_trends(v: Validation, path: str | Path) -> Path:
-    """pccl's speed-up over the best baseline against the node count, measured (solid; repeated runs: their
-    median, the range as an error bar) and predicted (dashed), one panel per collective and a line pair per size;
-    ValueError when no trend has two points."""
+    """pccl's speed-up over the best baseline (or ``v.baseline``) against the node count, measured (solid;
+    repeated runs: their median, the range as an error bar) and predicted (dashed), one panel per collective and a
+    line pair per size; ValueError when no trend has two points."""
     trends = [t for t in v.trends if len(t.points) > 1]
     if not trends:
         raise ValueError("no collective and size at two or more node counts: nothing to plot")
@@ -433,7 +445,7 @@ def plot_trends(v: Validation, path: str | Path) -> Path:
             ax.errorbar(nodes, measured, yerr=spread, fmt="-o", color=color, capsize=3, label=f"{label}: measured")
             ax.plot(nodes, [p.predicted for p in t.points], "--x", color=color, label=f"{label}: predicted")
         ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set(title=collective, xlabel="nodes", ylabel="pccl / best baseline (speed-up)")
+        ax.set(title=collective, xlabel="nodes", ylabel=f"speed-up over {_over(v)}")
         ax.set_xticks(sorted({p.nodes for t in trends for p in t.points}))
         ax.legend(fontsize="x-small")
     fig.suptitle(f"measured (solid) and predicted (dashed, {v.machine}) speed-up against node count")
@@ -456,5 +468,6 @@ def to_json(v: Validation) -> dict[str, Any]:
         "summary": summary(v.summary()),
         "per_collective": {c: summary(v.summary(c)) for c in dict.fromkeys(r.collective for r in v.priced)},
         "node_counts": v.node_counts,
+        "baseline": v.baseline,
         "trends": [asdict(t) for t in v.trends],
     }

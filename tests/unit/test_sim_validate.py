@@ -118,6 +118,28 @@ def test_three_nodes_join_two_in_the_direction_check(tmp_path, capsys) -> None:
     assert "# direction all_gather: " in text and "# direction reduce_scatter: " in text
 
 
+def test_direction_over_one_baseline(tmp_path, capsys) -> None:
+    """``--baseline gloo``: each speed-up is gloo's time over pccl's, measured and predicted, even where MPICH's
+    row is faster; a backend no file has leaves no point, and says so."""
+    out = tmp_path / "validate.json"
+    assert main(["validate", str(N2), str(N3), "--machine", str(MACHINE), "--json", str(out), "--baseline",
+                 "gloo"]) == 0
+    report, text = json.loads(out.read_text()), capsys.readouterr().out
+    assert report["baseline"] == "gloo" and "pccl's choice over gloo (speed-up)" in text
+    for path, nodes, nbytes in ((N2, 2, 16 << 20), (N3, 3, 16777200)):
+        bench = json.loads(path.read_text())
+        times = {r["backend"]: r["time_us"] for r in bench if r["collective"] == "all_gather"}
+        [trend] = [t for t in report["trends"] if t["collective"] == "all_gather"]
+        [point] = [p for p in trend["points"] if p["nodes"] == nodes]
+        assert point["baseline"] == "gloo"
+        assert point["measured"] == pytest.approx(times["gloo"] / times["pccl"])
+        assert point["predicted"] == pytest.approx(predicted_us("all_gather", "vendor", nbytes, nodes, 2)
+                                                   / predicted_us("all_gather", "hier:pipelined", nbytes, nodes, 2))
+    assert main(["validate", str(N2), str(N3), "--machine", str(MACHINE), "--baseline", "nccl"]) == 0
+    text = capsys.readouterr().out
+    assert "no nccl row at 2 nodes" in text and "no step checked" in text
+
+
 def test_sizes_group_only_when_nearly_equal() -> None:
     assert _size_groups([16 << 20, 16777200, 4096, 4080, 16384]) == {
         16 << 20: 16 << 20, 16777200: 16 << 20, 4096: 4096, 4080: 4096, 16384: 16384}
