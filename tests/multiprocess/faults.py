@@ -6,10 +6,11 @@ no process of the trial is left. Two MPI libraries:
 
 - ``mpich`` (the project's): ``mpiexec -disable-auto-cleanup`` keeps the survivors running when a rank
   dies and signals them; MPICH has no fault tolerance, so the job may still be torn down before a survivor
-  reports (seen in about 1 kill trial in 15: survivors gone without a trace). That counts as "torn down"
-  only when it is one: the survivor started, wrote no report and left no trace of a crash (no exception,
+  reports (seen in about 1 kill trial in 15: survivors gone without a trace), or after it reported and
+  before its ``shutdown()`` returned (seen once in a full suite under load). That counts as "torn down"
+  only when it is one: the survivor started, wrote no ``.done`` and left no trace of a crash (no exception,
   no fatal signal caught by faulthandler, no SIGTERM/SIGINT/SIGHUP), and ``mpiexec`` exited with the
-  victim's SIGKILL (9). Hydra reports one exit status, the worst signal it saw, so a survivor's SIGSEGV
+  victim's SIGKILL (9); a report it did write must still be the expected error. Hydra reports one exit status, the worst signal it saw, so a survivor's SIGSEGV
   (11) or SIGABRT (6) shows there; a Python exception leaves ``rank<r>.crash``; any error other than the
   expected one is written to the report and fails the trial. A survivor leaving through ``os._exit`` with no
   trace is the one crash this cannot tell from a kill by the launcher (Hydra hides its status behind 9).
@@ -119,8 +120,20 @@ def _check_survivor(trial: Trial, rank: int, report: dict, expected: str, texts:
         trial.problems.append(f"rank {rank}: error after {report['elapsed_s']:.1f} s > {TIMEOUT_S + trial.slack_s} s")
     if report.get("after") != "CommunicatorBrokenError" or report.get("after_s", REFUSE_S + 1) > REFUSE_S:
         trial.problems.append(f"rank {rank}: the broken communicator did not refuse the next call at once")
-    if rank not in trial.done:
+    if rank in trial.done:
+        return
+    if _torn_down(trial, rank):
+        trial.torn_down = True
+    else:
         trial.problems.append(f"rank {rank} reported but its shutdown() never returned (no rank{rank}.done)")
+
+
+def _torn_down(trial: Trial, rank: int) -> bool:
+    """Whether MPICH (no fault tolerance) tore the job down before survivor ``rank`` finished: a kill trial that
+    ``mpiexec`` ended with the victim's SIGKILL, the rank started, left no trace of a crash and no ``.done``
+    (a worse signal than SIGKILL would show in the exit status). Nothing hung and nothing crashed."""
+    return (trial.kind == "kill" and trial.mpi == "mpich" and trial.returncode == KILLED_EXIT
+            and rank in trial.started and rank not in trial.crashes and rank not in trial.done)
 
 
 def _check_exit_and_crashes(trial: Trial) -> None:
@@ -189,11 +202,7 @@ def _check(trial: Trial) -> None:
         for rank in survivors:
             if rank in trial.ranks:
                 _check_survivor(trial, rank, trial.ranks[rank], "PcclTimeoutError", texts)
-            elif (trial.kind == "kill" and trial.mpi == "mpich" and trial.returncode == KILLED_EXIT
-                  and rank in trial.started and rank not in trial.crashes and rank not in trial.done):
-                # MPICH (no fault tolerance) tore the job down before this rank could report: it started, left
-                # no trace of a crash, and mpiexec's status is the victim's SIGKILL (a worse signal would
-                # show instead). Acceptable: nothing hangs, nothing crashed.
+            elif _torn_down(trial, rank):  # before this rank could report
                 trial.torn_down = True
             else:
                 trial.problems.append(f"rank {rank} wrote no report")
