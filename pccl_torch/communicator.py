@@ -171,6 +171,11 @@ class Communicator:
     """This node's ranks over a torch.distributed group (gloo on CPU, NCCL on CUDA: CUDA's default)."""
     inter: Transport
     """This local rank's peers on every node over MPI (or a torch group): the inter-node phase."""
+    control: Transport | None = None
+    """All ranks over a host-capable level: every set-up and control exchange (the selector profile, link
+    measurements' agreement, tuning, signatures) goes here, never through a device library's level (NCCL refuses
+    host tensors). None: :attr:`world`, which is host-capable (MPI, or gloo for CPU tensors); a CUDA communicator
+    over torch groups gets a gloo group of its own (``over_torch``)."""
     owns_process_group: bool = False
     choice: object | None = None
     """The API layer's algorithm-choice state for this communicator (``pccl_torch.selection.choice``); opaque here."""
@@ -206,11 +211,16 @@ class Communicator:
         wants_triton(torch.empty(0, device=self.device))  # a bad PCCL_KERNELS fails here, not mid-collective
         self.hot = hotpath.table()
         _LIVE.add(self)
+        if self.control is None:
+            self.control = self.world
+        if not self.control.host_capable:
+            raise ValueError(f"the control level {self.control.name} cannot carry host tensors; give a gloo or MPI one")
         topo = self.topology
         everyone = range(topo.world_size)
         node = topo.node_ranks(topo.node)
         for transport, ranks in ((self.world, everyone), (self.vendor, everyone), (self.intra_mpi, node),
-                                 (self.intra_torch, node), (self.inter, topo.peer_ranks(topo.local_rank))):
+                                 (self.intra_torch, node), (self.inter, topo.peer_ranks(topo.local_rank)),
+                                 (self.control, everyone)):
             transport.attach(ranks, self.timeout_s)
         if self.blocking_waits is None:
             self.blocking_waits = blocking_waits_from_env(topo)
@@ -254,7 +264,7 @@ class Communicator:
 
     def transports(self) -> tuple[Transport, ...]:
         """Every level's transport (one object may serve two levels: close and abort are idempotent)."""
-        return (self.inter, self.intra_mpi, self.intra_torch, self.world, self.vendor)
+        return (self.inter, self.intra_mpi, self.intra_torch, self.world, self.vendor, self.control)
 
     def mark_broken(self, error: PcclError) -> None:
         """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""
@@ -488,17 +498,21 @@ def over_torch(store: dist.Store, topology: Topology, device: torch.device, time
                vendor: dist.ProcessGroup, *, check: bool, owns: bool = False) -> Communicator:
     """A communicator whose levels are torch groups of ``device``'s library over ``store`` (the ``torch``
     transport of ``pccl_torch.launcher``); ``vendor`` is the flat ``vendor`` level. Collective over the group."""
-    world, intra, inter = launcher.torch_levels(store, topology, device, timeout)
-    node = TorchGroupTransport(intra, owned=True)
+    world, intra, inter = (TorchGroupTransport(group, owned=True)
+                           for group in launcher.torch_levels(store, topology, device, timeout))
+    control = None  # the world level itself where it takes host tensors (gloo)
+    if not world.host_capable:  # NCCL: set-up and control go over a gloo group of their own
+        control = TorchGroupTransport(launcher.control_group(store, topology, timeout), owned=True)
     log.debug("pccl communicator over torch groups: %s on %s", topology, device)
     return Communicator(
         topology=topology,
         device=device,
-        world=TorchGroupTransport(world, owned=True),
+        world=world,
         vendor=TorchGroupTransport(vendor),
-        intra_mpi=node,
-        intra_torch=node,
-        inter=TorchGroupTransport(inter, owned=True),
+        intra_mpi=intra,
+        intra_torch=intra,
+        inter=inter,
+        control=control,
         owns_process_group=owns,
         timeout_s=timeout.total_seconds(),
         check=check,

@@ -133,6 +133,13 @@ def group_over(store: dist.Store, rank: int, size: int, device_type: str,
     return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
+def control_group(store: dist.Store, topology: Topology, timeout: datetime.timedelta) -> dist.ProcessGroup:
+    """A gloo group of every rank over ``store``: the host-capable level of a communicator whose levels are a
+    device library's (NCCL refuses host tensors), for its set-up and control exchanges. Collective over the group."""
+    return group_over(dist.PrefixStore("pccl/levels/control", store), topology.rank, topology.world_size, "cpu",
+                      timeout)
+
+
 def torch_levels(store: dist.Store, topology: Topology, device: torch.device,
                  timeout: datetime.timedelta) -> tuple[dist.ProcessGroup, dist.ProcessGroup, dist.ProcessGroup]:
     """(world, intra, inter): the ``torch`` transport's groups of ``device``'s library over ``store``: every rank,

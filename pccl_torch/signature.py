@@ -79,9 +79,9 @@ def describe(rows: list[list[int]]) -> str:
 
 def agree(comm: "Communicator", signature: Signature, sequence: int) -> None:
     """All-gather every rank's signature; raise :class:`PcclMismatchError` on every rank if any differs."""
-    mine = signature.encode(sequence).to(comm.world.control_device(comm.device))
-    rows = torch.empty(comm.topology.world_size, mine.numel(), dtype=torch.int64, device=mine.device)
-    comm.world.native_all_gather(rows, mine)
+    mine = signature.encode(sequence).reshape(-1)
+    rows = torch.empty(comm.topology.world_size, mine.numel(), dtype=torch.int64)
+    comm.control.native_all_gather(rows.view(-1), mine)
     if bool((rows != mine).any()):
         raise PcclMismatchError(f"pccl {signature.collective} #{sequence} not run: {describe(rows.tolist())}")
 
@@ -90,10 +90,9 @@ def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts
     """All-gather every rank's all-to-all counts; raise :class:`PcclMismatchError` on every rank where a rank's
     count for a peer is not the peer's count from it (the data would be cut short or hang)."""
     p = comm.topology.world_size
-    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64,
-                        device=comm.world.control_device(comm.device))
+    mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64)
     table = torch.empty(p * 2 * p, dtype=torch.int64, device=mine.device)
-    comm.world.native_all_gather(table, mine)
+    comm.control.native_all_gather(table, mine)
     rows = table.view(p, 2 * p).tolist()
     wrong = [(i, j) for i in range(p) for j in range(p) if rows[i][j] != rows[j][p + i]]
     if wrong:

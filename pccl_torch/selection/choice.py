@@ -168,14 +168,14 @@ def _agreed_selector(world: Transport) -> Selector | None:
 def attach(comm: Communicator, tune: str | None = None) -> Choice:
     """Give ``comm`` its choice state. Collective over the communicator (the profile is broadcast, and with
     online tuning (``tune``, else ``PCCL_TUNE``) rank 0's cached choices for this layout)."""
-    choice = Choice(selector=_agreed_selector(comm.world))
+    choice = Choice(selector=_agreed_selector(comm.control))
     if comm.topology.networked:  # emulated nodes sharing memory are one machine: nothing to measure
         choice.links = links.measure(comm, links.default_cache())
     if tuning.mode_from_env(tune) == "online":
         layout, path = tuning.layout_of(comm), tuning.default_cache()
         cached = tuning.cached_choices(path, layout) if comm.topology.rank == 0 else None
         choice.tuner = tuning.Tuner(layout, path if comm.topology.rank == 0 else None)
-        choice.tuner.adopt(comm.world.broadcast_json(cached) or {}, str(path), tuning.valid_names(comm.device.type))
+        choice.tuner.adopt(comm.control.broadcast_json(cached) or {}, str(path), tuning.valid_names(comm.device.type))
     comm.choice = choice
     return choice
 

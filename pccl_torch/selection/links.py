@@ -84,22 +84,28 @@ class Links:
 NONE = Links(None, None, "none")
 
 
-def _exchange(transport: Transport, peer: int, nbytes: int, rounds: int) -> list[float]:
-    """Seconds of each of ``rounds`` exchanges of ``nbytes`` with ``peer`` (which runs the same loop)."""
-    send, recv = torch.zeros(max(nbytes, 1), dtype=torch.uint8), torch.empty(max(nbytes, 1), dtype=torch.uint8)
+def _exchange(transport: Transport, peer: int, nbytes: int, rounds: int,
+              device: torch.device = torch.device("cpu")) -> list[float]:
+    """Seconds of each of ``rounds`` exchanges of ``nbytes`` with ``peer`` (which runs the same loop), with the
+    bytes where the level takes a collective's data on ``device`` (a CUDA level's exchanges timed to the GPU's end)."""
+    where = transport.control_device(device)
+    send = torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=where)
+    recv = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=where)
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
         transport.sendrecv(send, peer, recv, peer)
+        if where.type == "cuda":
+            torch.cuda.synchronize(where)  # set-up only, never on a collective's path
         times.append(time.perf_counter() - start)
     return times
 
 
-def _measure_pair(transport: Transport, peer: int, nbytes: int) -> Link:
+def _measure_pair(transport: Transport, peer: int, nbytes: int, device: torch.device) -> Link:
     """Latency: the median small exchange; bandwidth: the fastest large one, less that latency."""
-    _exchange(transport, peer, LATENCY_BYTES, 2)  # connect
-    latency = statistics.median(_exchange(transport, peer, LATENCY_BYTES, LATENCY_ROUNDS))
-    large = min(_exchange(transport, peer, nbytes, BANDWIDTH_ROUNDS))
+    _exchange(transport, peer, LATENCY_BYTES, 2, device)  # connect
+    latency = statistics.median(_exchange(transport, peer, LATENCY_BYTES, LATENCY_ROUNDS, device))
+    large = min(_exchange(transport, peer, nbytes, BANDWIDTH_ROUNDS, device))
     return Link(latency, nbytes / max(large - latency, 1e-9))
 
 
@@ -108,7 +114,7 @@ def _pairs(comm: Communicator) -> tuple[tuple[Transport, int] | None, tuple[Tran
     t = comm.topology
     intra = inter = None
     if t.node == 0 and t.local_size > 1 and t.local_rank < 2:
-        intra = (comm.intra_mpi, 1 - t.local_rank)
+        intra = (comm.intra, 1 - t.local_rank)
     if t.num_nodes > 1 and t.local_rank == 0 and t.node < 2:
         inter = (comm.inter, 1 - t.node)
     return intra, inter
@@ -119,7 +125,7 @@ def _host_key(comm: Communicator) -> str:
     here = f"{socket.gethostname()}/{_netns()}/{comm.transport}"
     mine = torch.frombuffer(bytearray(hashlib.blake2b(here.encode(), digest_size=16).digest()), dtype=torch.uint8)
     every = torch.empty(16 * comm.topology.world_size, dtype=torch.uint8)
-    comm.world.native_all_gather(every, mine)
+    comm.control.native_all_gather(every, mine)
     t = comm.topology
     return hashlib.blake2b(bytes(every.tolist()) + f"{t.world_size}x{t.local_size}".encode(),
                            digest_size=16).hexdigest()
@@ -151,7 +157,7 @@ def _cached(comm: Communicator, path: Path | None, key: str) -> Links | None:
     entry = None
     if comm.topology.rank == 0 and path is not None:
         entry = _read_cache(path).get("entries", {}).get(key)
-    entry = comm.world.broadcast_json(entry)
+    entry = comm.control.broadcast_json(entry)
     if not isinstance(entry, dict):
         return None
     try:
@@ -161,11 +167,11 @@ def _cached(comm: Communicator, path: Path | None, key: str) -> Links | None:
     _, inter = _pairs(comm)
     ok = True
     if inter is not None and links.inter is not None:
-        _exchange(*inter, LATENCY_BYTES, 2)  # connect
-        seconds = min(_exchange(*inter, CHECK_BYTES, 3))
+        _exchange(*inter, LATENCY_BYTES, 2, comm.device)  # connect
+        seconds = min(_exchange(*inter, CHECK_BYTES, 3, comm.device))
         expected = links.inter.time(CHECK_BYTES)
         ok = 1 / CHECK_TOLERANCE <= seconds / expected <= CHECK_TOLERANCE
-    return links if comm.world.broadcast_json(ok) else None
+    return links if comm.control.broadcast_json(ok) else None
 
 
 def measure(comm: Communicator, cache: Path | None = None) -> Links:
@@ -178,12 +184,12 @@ def measure(comm: Communicator, cache: Path | None = None) -> Links:
     if links is not None:
         return links
     intra_pair, inter_pair = _pairs(comm)
-    comm.world.barrier()
-    intra = _measure_pair(*intra_pair, BANDWIDTH_BYTES["intra"]) if intra_pair else None
-    comm.world.barrier()
-    inter = _measure_pair(*inter_pair, BANDWIDTH_BYTES["inter"]) if inter_pair else None
+    comm.control.barrier()
+    intra = _measure_pair(*intra_pair, BANDWIDTH_BYTES["intra"], comm.device) if intra_pair else None
+    comm.control.barrier()
+    inter = _measure_pair(*inter_pair, BANDWIDTH_BYTES["inter"], comm.device) if inter_pair else None
     measured = {"intra": asdict(intra) if intra else None, "inter": asdict(inter) if inter else None}
-    links = Links.from_dict(comm.world.broadcast_json(measured), "measured")
+    links = Links.from_dict(comm.control.broadcast_json(measured), "measured")
     if t.rank == 0 and cache is not None:
         _write_cache(cache, key, links)
     return links

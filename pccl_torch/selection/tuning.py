@@ -6,7 +6,7 @@ candidates in turn (one untimed round, :data:`WARMUP`, then :data:`TRIALS` timed
 for small calls): the choice the model would make first (so a shape called once costs nothing), then the model's next
 best, never one it predicts :data:`SLOWER_BOUND` times slower than its best. Every rank times its own calls; at
 the next call of the shape the ranks agree on each candidate's time as the slowest rank's median (one
-all-reduce over ``comm.world``, after the queued calls have finished), so every rank locks in the same one
+all-reduce over ``comm.control``, after the queued calls have finished), so every rank locks in the same one
 whatever its clock or load: the fastest, when it beats the model's choice by more than :data:`SWITCH_MARGIN`. Decisions go to a cache file (rank 0 writes it; every rank reads rank 0's copy
 at the next run), keyed by the layout, the transport and the device, so a rerun explores nothing; an entry that
 does not belong there (another layout, an unknown algorithm, a corrupt file) is rejected with a warning and
@@ -148,7 +148,7 @@ class Tuner:
         medians = torch.tensor([statistics.median(s) if s else float("inf") for s in trial.samples],
                                dtype=torch.float64)
         try:
-            comm.world.native_all_reduce(medians, ReduceOp.MAX)
+            comm.control.native_all_reduce(medians, ReduceOp.MAX)
         except Stalled as exc:  # a peer died or never reached this call: as any collective's timeout
             error = PcclTimeoutError(key.split(":", 1)[0], comm.sequence, "tuning agreement", comm.topology.rank, exc)
             comm.mark_broken(error)

@@ -125,6 +125,8 @@ class Transport(abc.ABC):
 
     #: Whether the transport needs host memory (CUDA tensors are staged through it).
     host_memory_only: bool = False
+    #: Whether the transport takes host tensors (MPI, gloo, threads; not NCCL): what the control level must do.
+    host_capable: bool = True
 
     def control_device(self, data_device: torch.device) -> torch.device:
         """Where the small tensors a collective exchanges about itself (counts, signatures) go, for data on

@@ -40,6 +40,7 @@ class TorchGroupTransport(Transport):
         self._rank = group.rank()
         self._size = group.size()
         self.name = f"torch:{group.name()}"
+        self.host_capable = "nccl" not in self.name.lower()  # NCCL takes CUDA tensors only
 
     def send(self, tensor: torch.Tensor, dest: int) -> None:
         self._wait([self.group.send([tensor], dest, 0)], [dest], f"send to rank {dest}")
