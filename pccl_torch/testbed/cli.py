@@ -18,7 +18,7 @@ import functools
 import json
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from pccl_torch.testbed import launch, net
 from pccl_torch.testbed.net import DEFAULT_PREFIX, TestbedConfig, TestbedError
@@ -75,6 +75,9 @@ def _print_status(found: net.Status) -> None:
               f"TCP {node.congestion_control or 'unknown'}")
         print(f"    out (node -> hub): {node.qdisc_out or 'unshaped'}")
         print(f"    in  (hub -> node): {node.qdisc_in or 'unshaped'}")
+    if config and config.congestion_control and found.congestion_control not in (None, config.congestion_control):
+        print(f"  TCP {found.congestion_control}, the host's: {config.congestion_control} is not allowed in namespaces "
+              "here (net.ipv4.tcp_allowed_congestion_control)")
     for problem in found.problems:
         print(f"  problem: {problem}")
     if found.problems:
@@ -104,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
                                delay=args.delay, prefix=args.prefix, subnet=args.subnet,
                                congestion_control=congestion_control)
         built = net.up(config)
-        print(f"testbed {config.prefix} {'up' if built else 'already up'}: {config.describe()}")
+        running = net.running_congestion_control(config.prefix)  # the host's where the configured one is refused
+        shown = config if running in (None, config.congestion_control) else replace(config, congestion_control=running)
+        print(f"testbed {config.prefix} {'up' if built else 'already up'}: {shown.describe()}")
         return 0
     if args.action == "down":
         removed = net.down(args.prefix)

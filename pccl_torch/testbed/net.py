@@ -11,21 +11,28 @@ Each link is shaped in both directions: a ``tbf`` qdisc (rate, burst, queue late
 where the kernel has netem. Every node runs TCP with one named congestion control (``cubic``, Linux's
 default, unless configured otherwise), not whatever the host's default happens to be: on this machine the host
 runs BBR, which slowed schedules that change peer at every step (pairwise, recursive halving, MPICH's) by up to
-16% at 4 nodes, where a ring that keeps its peers lost 2-7%. Nothing is created in the caller's namespace:
-removing the namespaces removes every link, so ``down`` also cleans up after a crash. Ranks of one namespace
-talk through loopback and shared memory (fast, like the inside of a node); ranks of different namespaces cross
-two shaped links.
+16% at 4 nodes, where a ring that keeps its peers lost 2-7%. A namespace may set only what the host's
+``net.ipv4.tcp_allowed_congestion_control`` lists; where cubic is missing there, ``up`` (root) adds it while it
+sets the nodes and then restores the list (a namespace keeps the control it was set to), or, where the list
+cannot be changed, leaves the nodes on the host's control and logs one line saying so. Nothing is created in
+the caller's namespace: removing the namespaces removes every link, so ``down`` also cleans up after a crash.
+Ranks of one namespace talk through loopback and shared memory (fast, like the inside of a node); ranks of
+different namespaces cross two shaped links.
 
-The state of testbed ``P`` (its configuration, and the launcher script that :mod:`pccl_torch.testbed.launch`
-writes there when it launches) lives in ``/run/pccl-testbed/P``; ``/etc/netns/P-nK/hosts`` maps the machine's hostname to the node's
-address inside namespace ``P-nK`` (``ip netns exec`` mounts it over ``/etc/hosts``), so programs that
-resolve their own hostname (gloo, c10d) find the node's address rather than loopback.
+The state of testbed ``P`` (its configuration, the TCP congestion control its nodes run, and the launcher
+script that :mod:`pccl_torch.testbed.launch` writes there when it launches) lives in ``/run/pccl-testbed/P``;
+``/etc/netns/P-nK/hosts`` maps the machine's hostname to the node's address inside namespace ``P-nK`` (``ip
+netns exec`` mounts it over ``/etc/hosts``), so programs that resolve their own hostname (gloo, c10d) find the
+node's address rather than loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
+import logging
 import os
 import re
 import shutil
@@ -33,8 +40,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 NODE_IFACE = "pccl0"
 """Name of the link inside every node namespace (``GLOO_SOCKET_IFNAME``, ``UCX_NET_DEVICES``)."""
@@ -46,6 +56,11 @@ DEFAULT_SUBNET = "10.77.0.0/24"
 DEFAULT_CONGESTION_CONTROL = "cubic"
 CONGESTION_SYSCTL = Path("/proc/sys/net/ipv4/tcp_congestion_control")
 AVAILABLE_CONGESTION = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+"""What a namespace other than the host's may set (a host-wide list; root changes it in the host's namespace)."""
+RUNNING_CONGESTION_FILE = "congestion_control"
+"""In the state folder: the TCP congestion control the nodes were set to run (the host's where ``up`` could
+not set the configured one)."""
 
 _PREFIX = re.compile(r"^[a-z][a-z0-9]{0,11}$")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps)\s*$", re.IGNORECASE)
@@ -194,6 +209,9 @@ class Status:
     nodes: list[NodeStatus]
     problems: list[str]
     """Empty when the testbed is complete and matches its configuration."""
+    congestion_control: str | None = None
+    """The TCP congestion control ``up`` set the nodes to run: the configured one, or the host's where the
+    configured one is not allowed in namespaces and the host's list cannot be changed (None: not recorded)."""
 
     @property
     def up(self) -> bool:
@@ -293,6 +311,78 @@ def _set_congestion_control(namespace: str, name: str | None) -> None:
         _run("sh", "-c", f"echo {name} > {CONGESTION_SYSCTL}", namespace=namespace)
 
 
+def allowed_congestion_controls() -> list[str] | None:
+    """What namespaces other than the host's may set (None when the kernel does not say)."""
+    try:
+        return ALLOWED_CONGESTION.read_text().split()
+    except OSError:
+        return None
+
+
+def _write_allowed(names: list[str]) -> None:
+    ALLOWED_CONGESTION.write_text(" ".join(names) + "\n")
+
+
+@contextlib.contextmanager
+def _allowed_in_namespaces(name: str) -> Iterator[str | None]:
+    """While open, namespaces may set TCP congestion control ``name``: yields None when they may (it was
+    allowed, the kernel does not say, or this added it to the host's ``net.ipv4.tcp_allowed_congestion_control``,
+    restored on exit), else why they may not. A namespace keeps the control it was set to after the list is
+    restored. Concurrent ``up`` calls take turns (a lock on the list), so none restores a list another relies on."""
+    try:
+        lock = ALLOWED_CONGESTION.open()
+    except OSError:
+        yield None  # the kernel does not say: try
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        allowed = allowed_congestion_controls()
+        if allowed is None or name in allowed:
+            yield None
+            return
+        try:
+            _write_allowed([*allowed, name])
+        except OSError as exc:
+            yield (f"net.ipv4.tcp_allowed_congestion_control is {' '.join(allowed)!r} and cannot be changed here: "
+                   f"{exc.strerror or exc}")
+            return
+        log.info("added %s to net.ipv4.tcp_allowed_congestion_control while the nodes are set", name)
+        try:
+            yield None
+        finally:
+            try:
+                _write_allowed(allowed)
+            except OSError as exc:  # the nodes are set; the host keeps the longer list
+                log.warning("pccl-testbed: could not restore net.ipv4.tcp_allowed_congestion_control to %r (%s)",
+                            " ".join(allowed), exc.strerror or exc)
+
+
+def _apply_congestion_control(config: TestbedConfig) -> str | None:
+    """Set ``config.congestion_control`` in every node namespace; the name the nodes run. Where namespaces may
+    not set it and the host's list cannot be changed, the nodes keep the host's, and one log line says so."""
+    nodes = [config.namespace(k) for k in range(config.nodes)]
+    name = config.congestion_control
+    if name is None:
+        return _congestion_control(nodes[0])
+    with _allowed_in_namespaces(name) as refused:
+        if refused is None:
+            for ns in nodes:
+                _set_congestion_control(ns, name)
+            return name
+    host = _congestion_control(nodes[0])
+    log.warning("pccl-testbed: the nodes run the host's TCP %s, not %s (%s)", host or "congestion control", name,
+                refused)
+    return host
+
+
+def running_congestion_control(prefix: str = DEFAULT_PREFIX) -> str | None:
+    """The TCP congestion control ``up`` set testbed ``prefix``'s nodes to run (None: not recorded)."""
+    try:
+        return (STATE_ROOT / prefix / RUNNING_CONGESTION_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _congestion_control(namespace: str) -> str | None:
     """``namespace``'s TCP congestion control (None: unreadable)."""
     result = _run("cat", str(CONGESTION_SYSCTL), namespace=namespace, check=False)
@@ -345,11 +435,12 @@ def up(config: TestbedConfig) -> bool:
             _run("ip", "link", "set", NODE_IFACE, "up", namespace=ns)
             _shape(config, ns, NODE_IFACE)
             _shape(config, hub, hub_end)
-            _set_congestion_control(ns, config.congestion_control)
             etc = NETNS_ETC / ns
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(_hosts_text(config, node))
+        running = _apply_congestion_control(config)
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        (config.state_dir / RUNNING_CONGESTION_FILE).write_text(f"{running or ''}\n")
         (config.state_dir / "config.json").write_text(json.dumps(asdict(config), indent=1) + "\n")
     except BaseException:
         down(config.prefix)
@@ -437,6 +528,8 @@ def status(prefix: str = DEFAULT_PREFIX) -> Status:
     problems += [f"namespace {ns} is not part of the configuration" for ns in found if expected and
                  ns not in expected]
     hub = f"{prefix}-hub"
+    running = running_congestion_control(prefix)
+    expected_tcp = running or (config.congestion_control if config is not None else None)
     for ns in found:
         if ns == hub:
             continue
@@ -454,7 +547,7 @@ def status(prefix: str = DEFAULT_PREFIX) -> Status:
             for where, line in (("node end", status_.qdisc_out), ("hub end", status_.qdisc_in)):
                 if kind and (line is None or f"qdisc {kind} " not in line):
                     problems.append(f"{ns}: {where} of the link is not shaped by {kind} ({line or 'no qdisc'})")
-            if config.congestion_control and status_.congestion_control != config.congestion_control:
+            if expected_tcp and status_.congestion_control != expected_tcp:
                 problems.append(f"{ns}: TCP congestion control {status_.congestion_control or 'unknown'}, "
-                                f"expected {config.congestion_control}")
-    return Status(prefix, config, found, nodes, problems)
+                                f"expected {expected_tcp}")
+    return Status(prefix, config, found, nodes, problems, running)

@@ -55,7 +55,10 @@ def test_up_is_idempotent_and_status_sees_shaped_links(testbed: TestbedConfig) -
     for node in found.nodes:
         for line in (node.qdisc_out, node.qdisc_in):
             assert line is not None and "tbf" in line and "rate 200Mbit" in line
-        assert node.congestion_control == "cubic"  # the testbed's own, not the host's default
+        assert node.congestion_control == found.congestion_control
+    # The testbed's own cubic, not the host's default, unless namespaces may not set cubic and the host's list
+    # cannot be changed here (then the host's, with one log line: test_congestion_control_refused_...).
+    assert found.congestion_control == "cubic" or "cubic" not in (net.allowed_congestion_controls() or ["cubic"])
 
 
 @pytest.mark.multiprocess
@@ -118,6 +121,71 @@ def test_torchrun_across_namespaces(testbed: TestbedConfig, tmp_path) -> None:
         assert entry["transport"] == {"torch:gloo": 1}
         assert entry["topology"] == [2, 2, 2]  # 2 nodes of 2, on 2 networked hosts
     assert sorted(entry["launcher"]["GROUP_RANK"] for entry in report["ranks"]) == ["0", "0", "1", "1"]
+
+
+def _namespaces_or_skip() -> None:
+    try:
+        check_tools()
+    except TestbedError as exc:
+        pytest.skip(f"network namespaces cannot be created here: {exc}")
+
+
+@pytest.mark.multiprocess
+def test_cubic_not_allowed_in_namespaces_is_allowed_while_up_sets_the_nodes() -> None:
+    """A host whose net.ipv4.tcp_allowed_congestion_control lacks cubic (one machine of this kind: "reno bbr",
+    where a namespace's write of cubic failed with "I/O error"): the nodes run cubic all the same, and the host's
+    list is as it was. The list is set so here (root) and restored after."""
+    _namespaces_or_skip()
+    before = net.allowed_congestion_controls()
+    if before is None or "cubic" not in net.available_congestion_controls():
+        pytest.skip("this kernel does not list its allowed congestion controls, or has no cubic")
+    without_cubic = [name for name in before if name != "cubic"]
+    try:
+        net.ALLOWED_CONGESTION.write_text(" ".join(without_cubic) + "\n")
+    except OSError as exc:
+        pytest.skip(f"the host's allowed list cannot be changed here ({exc.strerror}); "
+                    "test_congestion_control_refused_leaves_the_nodes_on_the_host_s covers that case")
+    config = TestbedConfig(nodes=2, prefix="pccltestc")
+    try:
+        assert net.up(config) is True
+        found = net.status(config.prefix)
+        assert found.up and found.congestion_control == "cubic", found.problems
+        assert [node.congestion_control for node in found.nodes] == ["cubic", "cubic"]
+        assert net.allowed_congestion_controls() == without_cubic  # restored once the nodes were set
+    finally:
+        down(config.prefix)
+        net.ALLOWED_CONGESTION.write_text(" ".join(before) + "\n")
+    assert net.allowed_congestion_controls() == before
+
+
+@pytest.mark.multiprocess
+def test_congestion_control_refused_leaves_the_nodes_on_the_host_s(monkeypatch, caplog) -> None:
+    """Where namespaces may not set the configured control and the host's list cannot be changed (a container,
+    a read-only /proc/sys), the testbed comes up on the host's control, says so in one log line, and is up."""
+    _namespaces_or_skip()
+    host = net.CONGESTION_SYSCTL.read_text().strip()
+    wanted = next((name for name in net.available_congestion_controls() if name != host), None)
+    if wanted is None:
+        pytest.skip("this kernel has only the host's congestion control")
+    monkeypatch.setattr(net, "allowed_congestion_controls", lambda: [host])
+
+    def read_only(names: list[str]) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(net, "_write_allowed", read_only)
+    config = TestbedConfig(nodes=2, prefix="pccltestc", congestion_control=wanted)
+    try:
+        with caplog.at_level("WARNING", logger=net.__name__):
+            assert net.up(config) is True
+        assert [r.getMessage() for r in caplog.records] == [
+            f"pccl-testbed: the nodes run the host's TCP {host}, not {wanted} (net.ipv4.tcp_allowed_congestion_control "
+            f"is {host!r} and cannot be changed here: Read-only file system)"]
+        found = net.status(config.prefix)
+        assert found.up and found.congestion_control == host, found.problems
+        assert [node.congestion_control for node in found.nodes] == [host, host]
+        assert net.up(config) is False  # up as configured, on the host's control
+    finally:
+        down(config.prefix)
 
 
 @pytest.mark.multiprocess

@@ -3,6 +3,8 @@ the hydra launcher script and command line, the tool checks, and pccl-bench's te
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 
 import pytest
@@ -47,6 +49,78 @@ def test_unknown_congestion_control_is_refused_before_anything_is_built(monkeypa
     monkeypatch.setattr(net, "status", lambda prefix: pytest.fail("the kernel's list must be checked first"))
     with pytest.raises(TestbedError, match=r"'bbr' is not available in this kernel \(available: reno, cubic\)"):
         net.up(TestbedConfig(nodes=2, congestion_control="bbr"))
+
+
+def _fake_host(monkeypatch, tmp_path, allowed: str | None) -> list[tuple[str, str, str]]:
+    """A host whose allowed list is the file ``allowed`` (None: the kernel does not say) and whose default is
+    bbr; returns the (namespace, name, allowed list at that moment) of every namespace set."""
+    path = tmp_path / "tcp_allowed_congestion_control"
+    if allowed is not None:
+        path.write_text(allowed + "\n")
+    monkeypatch.setattr(net, "ALLOWED_CONGESTION", path)
+    monkeypatch.setattr(net, "_congestion_control", lambda namespace: "bbr")
+    done: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(net, "_set_congestion_control", lambda namespace, name: done.append(
+        (namespace, name, path.read_text().strip() if path.exists() else "")))
+    return done
+
+
+def test_congestion_control_not_allowed_is_allowed_while_the_nodes_are_set(monkeypatch, tmp_path) -> None:
+    """Where cubic is available but not allowed in namespaces (a namespace's write fails with "I/O error"),
+    root adds it to the host's list while the nodes are set, then restores the list."""
+    done = _fake_host(monkeypatch, tmp_path, "reno bbr")
+    assert net._apply_congestion_control(TestbedConfig(nodes=2)) == "cubic"
+    assert done == [("pccl-n0", "cubic", "reno bbr cubic"), ("pccl-n1", "cubic", "reno bbr cubic")]
+    assert net.allowed_congestion_controls() == ["reno", "bbr"]  # restored
+
+
+def test_congestion_control_already_allowed_leaves_the_host_s_list_alone(monkeypatch, tmp_path) -> None:
+    done = _fake_host(monkeypatch, tmp_path, "reno cubic bbr")
+    monkeypatch.setattr(net, "_write_allowed", lambda names: pytest.fail("the list already allows cubic"))
+    assert net._apply_congestion_control(TestbedConfig(nodes=2, congestion_control="reno")) == "reno"
+    assert [(ns, name) for ns, name, _ in done] == [("pccl-n0", "reno"), ("pccl-n1", "reno")]
+    done = _fake_host(monkeypatch, tmp_path / "missing", None)  # the kernel does not say: set it as asked
+    assert net._apply_congestion_control(TestbedConfig(nodes=1)) == "cubic" and len(done) == 1
+    assert net._apply_congestion_control(TestbedConfig(nodes=1, congestion_control=None)) == "bbr" and len(done) == 1
+
+
+def test_congestion_control_that_cannot_be_allowed_leaves_the_host_s_with_one_log_line(monkeypatch, tmp_path,
+                                                                                       caplog) -> None:
+    done = _fake_host(monkeypatch, tmp_path, "reno bbr")
+
+    def read_only(names: list[str]) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(net, "_write_allowed", read_only)
+    with caplog.at_level("INFO", logger=net.__name__):
+        assert net._apply_congestion_control(TestbedConfig(nodes=2)) == "bbr"
+    assert done == []
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "pccl-testbed: the nodes run the host's TCP bbr, not cubic "
+                    "(net.ipv4.tcp_allowed_congestion_control is 'reno bbr' and cannot be changed here: "
+                    "Read-only file system)")]
+
+
+def test_status_expects_the_congestion_control_up_set(monkeypatch, tmp_path) -> None:
+    """A testbed whose nodes run the host's control (cubic refused) is up, not broken; one whose nodes
+    run anything else is broken."""
+    monkeypatch.setattr(net, "STATE_ROOT", tmp_path)
+    monkeypatch.setattr(net, "check_tools", lambda: None)
+    config = TestbedConfig(nodes=1, prefix="unit")
+    config.state_dir.mkdir()
+    (config.state_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    (config.state_dir / net.RUNNING_CONGESTION_FILE).write_text("bbr\n")
+    monkeypatch.setattr(net, "namespaces", lambda prefix: ["unit-hub", "unit-n0"])
+    monkeypatch.setattr(net, "_run", lambda *args, **kwargs: subprocess.CompletedProcess(
+        args, 0, "2: pccl0 inet 10.77.0.1/24 brd 10.77.0.255", ""))
+    monkeypatch.setattr(net, "_qdisc", lambda namespace, device: None)
+    monkeypatch.setattr(net, "_pids", lambda namespace: [])
+    running = {"unit-n0": "bbr"}
+    monkeypatch.setattr(net, "_congestion_control", lambda namespace: running[namespace])
+    found = net.status("unit")
+    assert found.up and found.congestion_control == "bbr", found.problems
+    running["unit-n0"] = "reno"
+    assert net.status("unit").problems == ["unit-n0: TCP congestion control reno, expected bbr"]
 
 
 def test_rank_layouts() -> None:
