@@ -1,7 +1,7 @@
 """Markdown table of a ``pccl-bench --compression ...`` JSON: per collective and size, pccl's exact choice and
 the best baseline, then each wire format's time and its speed-up over exact pccl (vs-exact).
 
-    python benchmarks/compression_table.py docs/testbed/compression/bench-1gbit.json
+    python benchmarks/compression_table.py benchmarks/results/testbed/compression/bench-1gbit.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ point (docs/testbed/tuning/README.md). Where the file has the noise floor (``con
 fixed algorithm timed as two identical columns), also the points where that floor is within 5%, the only ones
 at which a 5% comparison means anything, and auto's share among them.
 
-    python scripts/score_auto.py docs/testbed/tuning/mpiexec-1g-off.json docs/testbed/tuning/mpiexec-1g-online2.json
+    python scripts/score_auto.py benchmarks/results/testbed/tuning/mpiexec-1g-off.json \\
+        benchmarks/results/testbed/tuning/mpiexec-1g-online.json
 """
 
 from __future__ import annotations

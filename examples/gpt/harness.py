@@ -298,7 +298,7 @@ def _wait_sharing_cores(request: MPI.Request) -> None:
     finished first waited there for the slowest one, and with 4 ranks on 2 cores that rank got the cores back so
     rarely that its step grew from ~65 ms into steps of 0.3-10.5 s (ZeRO-3 over pccl, one machine, 150 steps:
     the slowest step 7-157x the median in every run), and gloo's DDP steps were 4-5x the median at worst
-    (docs/testbed/gpt-training/zero3-stalls-2026-12-05/notes.txt)."""
+    (benchmarks/results/testbed/gpt-training/zero3-stalls-2026-12-05/notes.txt)."""
     give_up_spinning = time.monotonic() + LOG_SPIN_S
     while not request.Test():
         if time.monotonic() < give_up_spinning:

@@ -20,7 +20,7 @@ from pccl_torch.sim.validate import _size_groups
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "sim-validate"
 N2, N3, A2A = DATA / "bench-n2.json", DATA / "bench-n3.json", DATA / "a2a-2x2-compressed-1m.json"
-MACHINE = REPO / "docs" / "testbed" / "node-count" / "tb200-fitted.yaml"
+MACHINE = REPO / "benchmarks" / "results" / "testbed" / "node-count" / "tb200-fitted.yaml"
 PROFILE = machine.load(str(MACHINE))
 
 
