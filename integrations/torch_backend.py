@@ -59,6 +59,7 @@ from pccl_torch.topology import Topology, TopologyError, detect, ranks_on_this_m
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
 from pccl_torch.validation import overlaps
+from pccl_torch.work import Queue, Work, device_future
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,11 @@ def _falls_back(method: Callable) -> Callable:
     return call
 
 
+POINT_TO_POINT = frozenset(("send", "recv", "recv_anysource"))
+"""Delegated calls outside the group's FIFO: ProcessGroupNCCL runs point-to-point on communicators of their own,
+ordered after the caller's stream only (a pair's ``irecv`` then ``send`` must not wait for each other)."""
+
+
 def _completed(tensor_or_none=None) -> dist.Work:
     fut: torch.futures.Future = torch.futures.Future()
     fut.set_result(tensor_or_none)
@@ -102,11 +108,14 @@ def _completed(tensor_or_none=None) -> dist.Work:
 
 
 def _as_work(work: api.Work | None, result: object, then: Callable[[], object] | None = None) -> dist.Work:
-    """A c10d Work completing when pccl's ``work`` has (after ``then`` ran, if given)."""
+    """A c10d Work completing when pccl's ``work`` has (after ``then`` ran, if given). On CUDA its ``wait()``
+    orders the current stream and ``then`` (copies out) runs in stream order, on the issuing thread."""
     if work is None:
         if then is not None:
             then()
         return _completed(result)
+    if work.on_device:
+        return _create_work_from_future(device_future(work.wait, result, then))
     future = work.get_future()
     if then is not None:
         future = future.then(lambda f: (f.value(), then())[0])
@@ -117,7 +126,24 @@ def _all_of(works: Sequence[dist.Work], result: object) -> dist.Work:
     """One Work completing when every one of ``works`` has (they may come from pccl and the vendor group)."""
     if len(works) == 1:
         return works[0]
+    if isinstance(result, (list, tuple)) and result and result[0].is_cuda:  # one FIFO: the last ends last
+        return _create_work_from_future(device_future(works[-1].wait, result))
     return _create_work_from_future(torch.futures.collect_all([w.get_future() for w in works]).then(lambda _: result))
+
+
+def _in_group_order(queue: Queue, call: Callable[[], dist.Work], result: object, device: torch.device) -> dist.Work:
+    """Run a delegated collective ``call`` in the group's FIFO (``pccl_torch.work``): on CUDA issued on the group's
+    order stream (behind everything issued before it, the caller's stream waits when the Work is waited); on CPU
+    queued on the worker behind pccl's calls, or where calls run inline, finished before the next one starts."""
+    if device.type == "cuda":
+        future, end, gated = queue.issue(lambda: call().wait(), host_driven=False)
+        if future.exception() is not None:
+            raise future.exception()
+        return _as_work(Work(future, "delegated", "vendor", end=end, gated=gated, output=result), result)
+    if queue.inline:
+        call().wait()
+        return _completed(result)
+    return _as_work(Work(queue.submit(lambda: (call().wait(), result)[1]), "delegated", "vendor"), result)
 
 
 _LIVE_GROUPS: weakref.WeakSet[PcclProcessGroup] = weakref.WeakSet()
@@ -249,8 +275,12 @@ class PcclProcessGroup(dist.ProcessGroup):
             log.debug("pccl hands %s with %s to the vendor library (pccl does not implement it); such calls are "
                       "counted in pccl_torch.stats(group)['bypassed'][%r]", method, kind, key)
         tensor = next(_tensors_in(args), None)
-        vendor = self._vendor(tensor.device.type if tensor is not None else "cpu")
-        return getattr(vendor, target or method)(*args, **kwargs)
+        device = tensor.device if tensor is not None else torch.device("cpu")
+        call = functools.partial(getattr(self._vendor(device.type), target or method), *args, **kwargs)
+        comm = self._comms.get(device.type)  # whose FIFO the call joins: pccl's calls on this device's tensors
+        if comm is None or method in POINT_TO_POINT or device.type not in self.served_devices():
+            return call()
+        return _in_group_order(comm.executor, call, args[0] if args else None, device)
 
     # -- identity ---------------------------------------------------------------------------------------
     def rank(self) -> int:

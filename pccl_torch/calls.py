@@ -52,10 +52,19 @@ class Exchange(NamedTuple):
     """Elements of the output from each rank, end to end."""
 
 
+def host_driven(comm, plan: Plan) -> bool:
+    """Whether a call of ``plan`` on ``comm`` crosses a level that needs host memory (MPI, staged): the worker
+    thread drives such a call; one over device libraries only (NCCL) is enqueued by the caller's thread."""
+    if not plan.hierarchical:
+        return getattr(comm, plan.transport).host_memory_only
+    return any(level.host_memory_only for level in (comm.inter, comm.world, comm.intra_level(plan.intra)))
+
+
 class BoundCall:
     """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
 
-    __slots__ = ("comm", "plan", "body", "nbytes", "block", "offset", "entry", "async_op", "signature", "__weakref__")
+    __slots__ = ("comm", "plan", "body", "nbytes", "block", "offset", "entry", "async_op", "signature", "on_cuda",
+                 "host_driven", "__weakref__")
 
     def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
         self.comm = comm
@@ -72,6 +81,10 @@ class BoundCall:
         """This plan's counters (``[calls, bytes, seconds]``), updated in place."""
         self.signature = signature if comm.check or plan.probe is not None else None
         """What the ranks agree on before each call when checking is on (None: no agreement)."""
+        self.on_cuda = comm.device.type == "cuda"
+        """CUDA tensors: enqueue and return, in the group's stream order (``pccl_torch.work``)."""
+        self.host_driven = self.on_cuda and host_driven(comm, plan)
+        """Whether a level of the plan needs host memory (MPI): the worker drives it behind a gate."""
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor | None = None) -> Work | None:
         """Number the call, then run it now (blocking: after the queued async calls) or queue it (``async_op``).
@@ -84,6 +97,8 @@ class BoundCall:
                 f"this pccl communicator is broken by an earlier failure and cannot run collectives: {comm.broken}")
         sequence = comm.sequence = comm.sequence + 1
         executor = comm.executor
+        if self.on_cuda:
+            return self._issue_on_cuda(sequence, a, b)
         if self.async_op:
             return Work(executor.submit(functools.partial(self.run, sequence, a, b)), self.plan.collective,
                         self.plan.name)
@@ -101,6 +116,20 @@ class BoundCall:
         entry[0] += 1
         entry[1] += self.nbytes
         entry[2] += perf_counter() - start
+        return None
+
+    def _issue_on_cuda(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> Work | None:
+        """Enqueue the call in the group's stream order and return (ProcessGroupNCCL's contract): a blocking call
+        is an async one whose Work the caller's current stream waits for at once. A call the caller's thread
+        enqueues (device levels only) that failed raises here, as a blocking CPU call does."""
+        future, end, gated = self.comm.executor.issue(functools.partial(self.run, sequence, a, b),
+                                                      host_driven=self.host_driven)
+        if future.done() and future.exception() is not None and not self.async_op:
+            raise future.exception()
+        work = Work(future, self.plan.collective, self.plan.name, end=end, gated=gated, output=a)
+        if self.async_op:
+            return work
+        work.wait()
         return None
 
     def run(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:

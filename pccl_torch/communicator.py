@@ -55,7 +55,7 @@ from pccl_torch.triton_kernels._backend import wants_triton
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.mpi import SHARED_CORES_SPIN_S, SPIN_S, MPITransport
 from pccl_torch.transport.torch_group import LIBRARY_BY_DEVICE, TorchGroupTransport
-from pccl_torch.work import OrderedExecutor
+from pccl_torch.work import Queue
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,8 @@ class Communicator:
     """MPI's native collectives as blocking calls under the watchdog (None: ``PCCL_WAIT``, read at creation)."""
     threaded_async: bool | None = None
     """``async_op=True`` calls on a worker thread, else in the caller's thread (None: ``PCCL_ASYNC``)."""
-    executor: OrderedExecutor = field(init=False)
+    executor: Queue = field(init=False)
+    """The communicator's FIFO (``pccl_torch.work``): every call on it, pccl's own and delegated, in issue order."""
     stats: CollectiveStats = field(default_factory=CollectiveStats)
     sequence: int = 0
     """Collectives issued so far; the number of the next one (the same on every rank of a sound program)."""
@@ -226,7 +227,7 @@ class Communicator:
             self.blocking_waits = blocking_waits_from_env(topo)
         if self.threaded_async is None:
             self.threaded_async = threaded_async_from_env(topo, self.device)
-        self.executor = OrderedExecutor("pccl", inline=not self.threaded_async, device=self.device)
+        self.executor = Queue("pccl", inline=not self.threaded_async, device=self.device)
         if topo.rank == 0:
             log.info("pccl over %s: %d ranks on %d cores here: %s waits, async calls %s", self.transport,
                      topo.cpu_ranks, topo.cores,

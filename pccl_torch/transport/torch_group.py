@@ -49,9 +49,19 @@ class TorchGroupTransport(Transport):
         self._wait([self.group.recv([tensor], source, 0)], [source], f"receive from rank {source}")
 
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
-        outgoing = self.group.send([send], dest, 0)
-        self._wait([self.group.recv([recv], source, 0), outgoing], [source, dest],
-                   f"exchange with ranks {source}/{dest}")
+        """Both at once: NCCL's pair goes in one group (``ncclGroupStart``/``End``, what ``batch_isend_irecv``
+        does), since an unbatched send waits for its receiver past NCCL's buffering and two ranks sending to each
+        other first would hang; gloo's send returns at once."""
+        batched = not self.host_capable and hasattr(self.group, "_group_start")
+        if batched:
+            self.group._group_start()
+        try:
+            outgoing = self.group.send([send], dest, 0)
+            incoming = self.group.recv([recv], source, 0)
+        finally:
+            if batched:
+                self.group._group_end()
+        self._wait([incoming, outgoing], [source, dest], f"exchange with ranks {source}/{dest}")
 
     def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> dist.Work:
         return self.group._allgather_base(out, inp)
@@ -96,8 +106,18 @@ class TorchGroupTransport(Transport):
         self._wait([self.group.barrier()], self.others(), "barrier")
 
     def _wait(self, works: list[dist.Work], peers: Sequence[int], what: str) -> None:
-        """Wait for ``works`` within the timeout; a gloo/NCCL failure or timeout becomes ``Stalled``."""
+        """Wait for ``works`` within the timeout; a gloo/NCCL failure or timeout becomes ``Stalled``. NCCL's works
+        are waited as ProcessGroupNCCL means them: the current stream waits, the host goes on (NCCL's own watchdog
+        bounds them by the group's timeout)."""
         start = time.monotonic()
+        if not self.host_capable:
+            try:
+                for work in works:
+                    work.wait()
+            except RuntimeError as exc:
+                raise Stalled(self.communicator_ranks(peers), time.monotonic() - start,
+                              f"{what} over {self.name}: {str(exc).splitlines()[0]}") from exc
+            return
         for work in works:
             left = max(self.timeout_s - (time.monotonic() - start), 0.001)
             try:

@@ -8,6 +8,8 @@
   a wrapper that refuses the integer and float64 tensors every pccl control exchange uses, as NCCL refuses host
   tensors; the data here is float32 only). ``init_process_group("pccl")``, then the collectives with signature
   checks on: every set-up and control exchange must go over the host-capable control level, never a device level.
+  Also counts the host-synchronising calls (``.item()``, ``.tolist()``, ``.cpu()``, synchronize) pccl makes on the
+  data path of bound, even-sized exact collectives: a CUDA run would block the host at each.
 
 Rank results go through ``rank_result`` (``PCCL_TEST_RESULT_DIR``).
 """
@@ -121,7 +123,7 @@ def check_fifo(rank: int, size: int) -> tuple[int, int, list[str]]:
         if not bool((t == float(total)).all()) or not bool((u == size).all()):
             wrong += 1
             if len(notes) < 8:
-                    notes.append(f"bypassed repeat {i}: {t[0].item()} {u[0].item()}")
+                notes.append(f"bypassed repeat {i}: {t[0].item()} {u[0].item()}")
     dist.destroy_process_group(second)
     return checks, wrong, notes
 
@@ -148,6 +150,45 @@ def check_collectives(rank: int, size: int) -> tuple[int, list[str]]:
     return passed, failures
 
 
+SYNCHRONISING = ((torch.Tensor, "item"), (torch.Tensor, "tolist"), (torch.Tensor, "cpu"),
+                 (torch.cuda, "synchronize"), (torch.cuda.Stream, "synchronize"), (torch.cuda.Event, "synchronize"))
+"""What makes the host wait for a GPU (``torch.cuda.set_sync_debug_mode`` names these on a GPU)."""
+
+
+def count_host_syncs(rank: int, size: int) -> dict[str, int]:
+    """Calls of :data:`SYNCHRONISING` made by pccl while it runs even-sized exact collectives of shapes already
+    bound (the data path of a training step), through the backend, sync and async."""
+    def step() -> None:
+        t = torch.full((1024,), float(rank))
+        out = torch.empty(size * 256)
+        rs = torch.empty(256)
+        dist.all_reduce(t)
+        dist.all_gather_into_tensor(out, t[:256])
+        dist.reduce_scatter_tensor(rs, t[:size * 256])
+        works = [dist.all_reduce(t, async_op=True), dist.all_gather_into_tensor(out, t[:256], async_op=True)]
+        for work in works:
+            work.wait()
+
+    step()  # binds the shapes
+    counts: dict[str, int] = {}
+    saved = [(owner, name, getattr(owner, name)) for owner, name in SYNCHRONISING]
+
+    def counting(label, original):
+        def call(*args, **kwargs):
+            counts[label] = counts.get(label, 0) + 1
+            return original(*args, **kwargs)
+        return call
+
+    for owner, name, original in saved:
+        setattr(owner, name, counting(f"{getattr(owner, '__name__', owner)}.{name}", original))
+    try:
+        step()
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fifo", action="store_true")
@@ -165,6 +206,7 @@ def main() -> None:
             result["failures"] += notes
         if args.device_levels:
             result["emulated_levels"] = len(EMULATED)
+            result["host_syncs"] = count_host_syncs(rank, size)
             result["passed"], failures = check_collectives(rank, size)
             result["failures"] += failures
             result["refused"] = [what for group in EMULATED for what in group.refused]

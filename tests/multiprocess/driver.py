@@ -33,7 +33,7 @@ import pccl_torch as pc
 from pccl_torch import compression as wire_formats
 from pccl_torch.algorithms import COLLECTIVES
 from pccl_torch.ops import FLOAT_DTYPES, INT_DTYPES, SUPPORTED_DTYPES
-from pccl_torch.work import OrderedExecutor
+from pccl_torch.work import Queue
 
 if __package__:  # imported (soak, unit tests) or run with -m
     from . import rank_result
@@ -519,7 +519,7 @@ def main() -> int:
         """The async checks with the worker thread and inline (PCCL_ASYNC's two ways), whichever the
         communicator chose for this machine."""
         chosen = comm.executor
-        comm.executor = OrderedExecutor("pccl-check", inline=not threaded)
+        comm.executor = Queue("pccl-check", inline=not threaded)
         try:
             with on_device():
                 return check_async(topo.world_size, topo.rank, names)

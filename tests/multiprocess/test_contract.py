@@ -33,3 +33,4 @@ def test_control_never_crosses_a_device_level(launcher: str, tmp_path) -> None:
     for r, entry in enumerate(run.ranks):
         assert entry["failures"] == [] and entry["refused"] == [], f"rank {r}: {entry}"
         assert entry["emulated_levels"] >= 3 and entry["passed"] == 4, entry
+        assert entry["host_syncs"] == {}, f"rank {r}: host-synchronising calls on the data path: {entry['host_syncs']}"

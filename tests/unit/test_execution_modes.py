@@ -10,7 +10,7 @@ import torch
 
 from pccl_torch.communicator import blocking_waits_from_env, threaded_async_from_env
 from pccl_torch.topology import Topology
-from pccl_torch.work import OrderedExecutor, Work
+from pccl_torch.work import Queue, Work
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SHARED = Topology(0, 4, 2, cpu_ranks=4, cores=2)      # 4 ranks on 2 cores: the local demo, the testbed
@@ -50,7 +50,7 @@ def test_unknown_modes_are_rejected_with_the_valid_ones(monkeypatch, name, check
 
 
 def test_inline_executor_runs_in_the_caller_and_keeps_errors_for_wait() -> None:
-    executor = OrderedExecutor("t", inline=True)
+    executor = Queue("t", inline=True)
     ran_in: list[threading.Thread] = []
     done = executor.submit(lambda: ran_in.append(threading.current_thread()) or 7)
     assert ran_in == [threading.current_thread()] and done.done() and done.result() == 7
@@ -67,7 +67,7 @@ def test_inline_executor_runs_in_the_caller_and_keeps_errors_for_wait() -> None:
 
 
 def test_threaded_executor_keeps_issue_order_off_the_caller() -> None:
-    executor = OrderedExecutor("t")
+    executor = Queue("t")
     order: list[int] = []
     caller = threading.current_thread()
     futures = [executor.submit(lambda i=i: order.append(i) or threading.current_thread()) for i in range(20)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pccl_torch.work import OrderedExecutor
+from pccl_torch.work import Queue
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the GPU check runs it)")
 
@@ -13,7 +13,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CU
 @needs_gpu
 def test_queued_call_runs_on_the_issuing_threads_stream() -> None:
     device = torch.device("cuda", torch.cuda.current_device())
-    executor = OrderedExecutor("test", device=device)
+    executor = Queue("test", device=device)
     side = torch.cuda.Stream(device)
     with torch.cuda.stream(side):
         ran_on = executor.submit(lambda: torch.cuda.current_stream(device)).result()
@@ -23,6 +23,6 @@ def test_queued_call_runs_on_the_issuing_threads_stream() -> None:
 
 
 def test_host_executor_leaves_streams_alone() -> None:
-    executor = OrderedExecutor("test", device=torch.device("cpu"))
+    executor = Queue("test", device=torch.device("cpu"))
     assert executor.submit(lambda: 41 + 1).result() == 42
     executor.shutdown()
