@@ -101,6 +101,26 @@ def checking_from_env() -> bool:
     return mode == "check"
 
 
+def mpi_serves_threads(transports: tuple[Transport, ...]) -> bool:
+    """Whether MPI may be called from the worker thread while the caller's thread calls it too (a group created, a
+    blocking call): true without MPI among ``transports``, or where MPI runs at ``MPI_THREAD_MULTIPLE`` (mpi4py asks
+    for it; an MPI library that gives less makes async calls run inline, with one warning)."""
+    if not any(isinstance(t, MPITransport) for t in transports):
+        return True
+    from mpi4py import MPI
+
+    if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
+        return True
+    if not _THREAD_WARNED:
+        _THREAD_WARNED.append(True)
+        log.warning("pccl: this MPI runs at thread level %d, not MPI_THREAD_MULTIPLE: async calls run in the "
+                    "caller's thread (set mpi4py.rc.thread_level = 'multiple' before importing MPI)", MPI.Query_thread())
+    return False
+
+
+_THREAD_WARNED: list[bool] = []
+
+
 class NotInitializedError(RuntimeError):
     """A collective was called before ``pccl_torch.init()`` or after ``pccl_torch.shutdown()``."""
 
@@ -227,6 +247,8 @@ class Communicator:
             self.blocking_waits = blocking_waits_from_env(topo)
         if self.threaded_async is None:
             self.threaded_async = threaded_async_from_env(topo, self.device)
+        if self.threaded_async and not mpi_serves_threads(self.transports()):
+            self.threaded_async = False  # every MPI call then comes from the calling thread
         self.executor = Queue("pccl", inline=not self.threaded_async, device=self.device)
         if topo.rank == 0:
             log.info("pccl over %s: %d ranks on %d cores here: %s waits, async calls %s", self.transport,
