@@ -232,6 +232,7 @@ class PcclProcessGroup(dist.ProcessGroup):
         if comm is None:
             if device.type != "cuda":
                 raise ValueError(f"pccl runs on cpu and cuda tensors, not on {device.type} tensors")
+            self.comm.executor.drain()  # building duplicates the CPU communicator's MPI one: not beside its worker
             comm = self._comms[device.type] = _build_communicator(self._setup, device, self._vendor(device.type))
         return comm
 
