@@ -123,7 +123,9 @@ class BoundCall:
         is an async one whose Work the caller's current stream waits for at once. A call the caller's thread
         enqueues (device levels only) that failed raises here, as a blocking CPU call does."""
         future, end, gated = self.comm.executor.issue(functools.partial(self.run, sequence, a, b),
-                                                      host_driven=self.host_driven)
+                                                      host_driven=self.host_driven,
+                                                      tensors=(a, b if isinstance(b, torch.Tensor) else
+                                                               getattr(b, "input", None)))
         if future.done() and future.exception() is not None and not self.async_op:
             raise future.exception()
         work = Work(future, self.plan.collective, self.plan.name, end=end, gated=gated, output=a)

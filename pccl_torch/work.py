@@ -143,13 +143,6 @@ def device_future(wait: Callable[[], Any], value: Any, then: Callable[[], Any] |
     return fut
 
 
-def completed(value: Any) -> concurrent.futures.Future[Any]:
-    """A future already holding ``value``."""
-    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    done.set_result(value)
-    return done
-
-
 def _run(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
     """``fn()`` now, its result or error in a completed future (the Work handle re-raises it)."""
     done: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -178,6 +171,17 @@ class HostGate:
     @staticmethod
     def available() -> bool:
         return _driver_stream_memops() is not None
+
+    @classmethod
+    def tried(cls, device: torch.device) -> HostGate:
+        """A gate whose wait and write were tried once on a private stream (a device without stream memory
+        operations fails here, ``RuntimeError``, not in a collective)."""
+        gate = cls(device)
+        probe = torch.cuda.Stream(device)
+        number = gate.close_behind(probe)
+        gate.open_after(torch.cuda.Stream(device), number)
+        probe.synchronize()
+        return gate
 
     def close_behind(self, stream: torch.cuda.Stream) -> int:
         """Make ``stream`` wait until the gate of the next call opens; its number."""
@@ -234,6 +238,7 @@ class Queue:
         self._order: torch.cuda.Stream | None = None
         self._worker_stream: torch.cuda.Stream | None = None
         self._gate: HostGate | None = None
+        self._gate_tried = False
         self._warned = False
 
     # -- CPU -----------------------------------------------------------------------------------------------
@@ -277,16 +282,24 @@ class Queue:
             self._order = torch.cuda.Stream(self.cuda)
         return self._order
 
-    def issue(self, fn: Callable[[], Any], *, host_driven: bool) -> tuple[concurrent.futures.Future[Any],
-                                                                        torch.cuda.Event, bool]:
+    def issue(self, fn: Callable[[], Any], *, host_driven: bool, tensors: tuple[torch.Tensor | None, ...] = ()
+              ) -> tuple[concurrent.futures.Future[Any], torch.cuda.Event, bool]:
         """Enqueue ``fn`` (a call on CUDA tensors) in the group's order; returns (its future, the end event, whether
         the end follows the call in stream order). Never waits on the host for the network.
 
         ``host_driven`` False: every level is a device library; ``fn`` enqueues its NCCL calls on the order stream
-        now, in this thread. True: the worker runs it behind the gate (module docstring)."""
+        now, in this thread. True: the worker runs it behind the gate (module docstring). ``tensors`` (the caller's
+        buffers) are marked in use by pccl's streams, so that the caching allocator does not hand their memory
+        out again before the call is done with it, whenever the caller frees them."""
         caller = torch.cuda.current_stream(self.cuda)
         order = self.order_stream()
         order.wait_stream(caller)  # the dependency on the caller's work, taken at issue
+        worker = self.worker_stream() if host_driven else None
+        for tensor in tensors:
+            if tensor is not None:
+                tensor.record_stream(order)
+                if worker is not None:
+                    tensor.record_stream(worker)
         if not host_driven:
             if self.busy:  # the worker may still use a level this thread would use too (the control level with
                 self.drain()  # checks on): the group's order on the host first
@@ -312,9 +325,7 @@ class Queue:
                      number: int) -> Any:
         """The worker's part: ``fn`` on the worker's stream after ``ready``; then the gate opens behind its copies
         (also when it failed: the device must never wait for a flag nobody will write)."""
-        if self._worker_stream is None:
-            self._worker_stream = torch.cuda.Stream(self.cuda)
-        stream = self._worker_stream
+        stream = self.worker_stream()
         stream.wait_event(ready)
         try:
             with torch.cuda.stream(stream):
@@ -325,9 +336,22 @@ class Queue:
             else:
                 stream.synchronize()  # no gate: the end event must not fire before the results are there
 
+    def worker_stream(self) -> torch.cuda.Stream:
+        """The stream the worker's part of a host-driven call runs on (created by the issuing thread)."""
+        if self._worker_stream is None:
+            self._worker_stream = torch.cuda.Stream(self.cuda)
+        return self._worker_stream
+
     def _gate_or_none(self) -> HostGate | None:
-        if self._gate is None and HostGate.available():
-            self._gate = HostGate(self.cuda)
+        """The group's gate, made at the first host-driven call where the driver's stream memory operations work
+        (tried once on a stream of its own); None where they do not."""
+        if self._gate is None and not self._gate_tried:
+            self._gate_tried = True
+            if HostGate.available():
+                try:
+                    self._gate = HostGate.tried(self.cuda)
+                except RuntimeError as exc:
+                    log.warning("pccl: the CUDA driver's stream memory operations failed (%s)", exc)
         return self._gate
 
     def shutdown(self) -> None:
