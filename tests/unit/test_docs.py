@@ -51,12 +51,30 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_readme_is_short_and_its_links_resolve() -> None:
     readme = (REPO / "README.md").read_text()
-    assert len(readme.splitlines()) <= 250, "README.md must stay within 250 lines; depth goes to docs/"
+    assert len(readme.splitlines()) <= 170, "README.md must stay within 170 lines; depth goes to docs/"
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
         if "://" not in target:
             assert (REPO / target).exists(), f"README links to {target}, which does not exist"
     for command in ("make demo", "make test"):
         assert command in readme
+
+
+def test_readme_names_no_commits() -> None:
+    """The README is for users: the history (commits, dated runs) stays in docs/benchmarks.md."""
+    readme = (REPO / "README.md").read_text()
+    hashes = [word for word in re.findall(r"\b[0-9a-f]{7,40}\b", readme) if re.search(r"[a-f]", word)
+              and re.search(r"[0-9]", word)]
+    assert hashes == [], f"README.md names commits {hashes}; the history belongs in docs/benchmarks.md"
+
+
+def test_docs_hold_pages_and_the_figures_they_show() -> None:
+    """Run records (JSON, logs, tables) live in benchmarks/results/, so the built site stays small; docs/ keeps
+    the pages and the images a page shows."""
+    shown = {(page.parent / target).resolve() for page in DOCS.rglob("*.md")
+             for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text())}
+    stray = sorted(str(path.relative_to(REPO)) for path in DOCS.rglob("*")
+                   if path.is_file() and path.suffix != ".md" and path.resolve() not in shown)
+    assert stray == [], f"docs/ holds files no page shows (run records go to benchmarks/results/): {stray}"
 
 
 def test_site_builds_strict_and_covers_every_required_page(site: Path) -> None:
