@@ -5,8 +5,8 @@
   (NCCL on GPUs, gloo on CPU) over all ranks;
 - ``hier:<name>``: hierarchical, the device's intra-node library inside each node (MPI's shared-memory
   communicator for CPU tensors, NCCL for CUDA tensors) and ``<name>`` between nodes, where ``<name>`` is a
-  family name, ``mpi``, or ``pipelined`` (MPI's non-blocking collectives on both levels, the call cut into
-  chunks whose intra- and inter-node phases overlap);
+  family name, ``mpi``, or ``pipelined`` (non-blocking collectives on both levels, the call cut into chunks whose
+  intra- and inter-node phases overlap; inside the node the device's library, as for every ``hier:`` name);
 - ``hier-<library>:<name>``: the same with the intra-node library forced: ``mpi``, ``gloo`` (CPU tensors)
   or ``nccl`` (CUDA tensors).
 
@@ -89,11 +89,9 @@ def names_for(collective: Collective, device: str = "cpu") -> list[str]:
 
 def _synonym(name: str, default: str) -> bool:
     """Whether ``name`` runs as another name does where ``default`` is the intra-node library: ``hier-<default>:x``
-    is ``hier:x``, and ``hier:pipelined`` (always MPI inside) is ``hier-mpi:pipelined`` where the default is not MPI."""
+    is ``hier:x`` (``hier:pipelined`` included: it runs the device's library inside the node too)."""
     library = intra_library(name)
-    if library is not None:
-        return library == default
-    return name.endswith(":" + PIPELINED) and default != "mpi"
+    return library is not None and library == default
 
 
 def runnable_names(collective: Collective, device: str) -> list[str]:
@@ -168,6 +166,17 @@ class Plan:
             return functools.partial(getattr(compressed, collective), compression.get(self.compression))
         return self.schedule.fn
 
+    def _pipeline_intra(self, levels: Levels, data: torch.Tensor) -> Transport:
+        """The intra-node level of a pipelined plan: the plan's library (``hier:``: the device's, NCCL for CUDA
+        tensors). The pipelined schedules stage a call once for both levels (``pipelined.staged``), so where the
+        inter-node level needs host memory (MPI without CUDA support) and the intra-node one cannot take it
+        (NCCL), the call runs MPI inside the node as well, as ``hier-mpi:pipelined`` does; pccl's own choice never
+        picks a pipeline there (``heuristic.cuda_keeps_intra_on_device``)."""
+        intra = levels.intra_level(self.intra)
+        if data.is_cuda and levels.inter.host_memory_only and not intra.host_capable:
+            return levels.intra_level("mpi")
+        return intra
+
     def _forwarding(self, dtype: torch.dtype) -> compression.WireFormat | None:
         """The format of a compressed hierarchical plan whose encoded bytes can be forwarded inside the
         node (fixed-size formats), else None."""
@@ -178,11 +187,12 @@ class Plan:
 
     def run_all_gather(self, levels: Levels, out: torch.Tensor, inp: torch.Tensor) -> None:
         if (fmt := self._forwarding(inp.dtype)) is not None and self.pipelined:
-            compressed_pipelined.all_gather(fmt, levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
+            compressed_pipelined.all_gather(fmt, self._pipeline_intra(levels, inp), levels.inter, out, inp,
+                                            self.chunks)
         elif fmt is not None:
             compressed.hierarchical_all_gather(fmt, levels.intra_level(self.intra), levels.inter, out, inp)
         elif self.pipelined:
-            pipelined.all_gather(levels.intra_level("mpi"), levels.inter, out, inp, self.chunks)
+            pipelined.all_gather(self._pipeline_intra(levels, inp), levels.inter, out, inp, self.chunks)
         elif self.hierarchical:
             hierarchical.all_gather(levels.intra_level(self.intra), levels.inter, self._between("all_gather"), out, inp)
         else:
@@ -191,10 +201,10 @@ class Plan:
 
     def run_reduce_scatter(self, levels: Levels, inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
         if (fmt := self._forwarding(inp.dtype)) is not None and self.pipelined:
-            compressed_pipelined.reduce_scatter(fmt, levels.intra_level("mpi"), levels.inter, inp, out, op,
+            compressed_pipelined.reduce_scatter(fmt, self._pipeline_intra(levels, inp), levels.inter, inp, out, op,
                                                 self.chunks)
         elif self.pipelined:
-            pipelined.reduce_scatter(levels.intra_level("mpi"), levels.inter, inp, out, op, self.chunks)
+            pipelined.reduce_scatter(self._pipeline_intra(levels, inp), levels.inter, inp, out, op, self.chunks)
         elif self.hierarchical:
             hierarchical.reduce_scatter(levels.intra_level(self.intra), levels.inter, self._between("reduce_scatter"),
                                         inp, out, op)
@@ -204,11 +214,12 @@ class Plan:
 
     def run_all_reduce(self, levels: Levels, buf: torch.Tensor, op: ReduceOp) -> None:
         if (fmt := self._forwarding(buf.dtype)) is not None and self.pipelined:
-            compressed_pipelined.all_reduce(fmt, levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
+            compressed_pipelined.all_reduce(fmt, self._pipeline_intra(levels, buf), levels.inter, buf, op,
+                                            self.chunks)
         elif fmt is not None:
             compressed.hierarchical_all_reduce(fmt, levels.intra_level(self.intra), levels.inter, buf, op)
         elif self.pipelined:
-            pipelined.all_reduce(levels.intra_level("mpi"), levels.inter, buf, op, self.chunks)
+            pipelined.all_reduce(self._pipeline_intra(levels, buf), levels.inter, buf, op, self.chunks)
         elif self.hierarchical:
             hierarchical.all_reduce(levels.intra_level(self.intra), levels.inter, self._between("all_reduce"), buf, op)
         else:
@@ -276,7 +287,7 @@ def _resolve(collective: Collective, name: str) -> Plan:
     inner = inner if hier else name
     library = intra_library(name)
     if inner == PIPELINED:
-        return Plan(collective, name, None, True, "world", "mpi")
+        return Plan(collective, name, None, True, "world", library)
     if inner in _NATIVE_ON:
         return Plan(collective, name, algorithms.get(collective, "native"), hier, _NATIVE_ON[inner], library)
     return Plan(collective, name, algorithms.get(collective, inner), hier, "world", library)

@@ -121,6 +121,10 @@ class Choice:
 
     def _decide(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
                 dtype: torch.dtype) -> Plan:
+        """The plan of a call shape not yet decided: the name given (``algorithm=``, ``PCCL_ALGO``), else pccl's
+        choice for the layout and device (CUDA tensors across a network: ``heuristic.cuda_networked_choice``, and a
+        learned choice only where it keeps NCCL inside the node); a hierarchical plan's intra-node library is
+        checked against the device here, before any communication."""
         topo = comm.topology
         name = algorithm or self.overrides.get(collective)
         named = bool(name)
@@ -128,6 +132,17 @@ class Choice:
             # One machine: the ranks share memory, and the library's own flat collective is the fastest path
             # there (a hierarchy only adds copies; NOTES: 2-level on one host was 0.4-0.8x of flat MPI).
             name = heuristic.one_machine_choice(comm.device.type)
+        if not name and topo.networked and topo.is_hierarchical and comm.device.type == "cuda":
+            # CUDA across a network: NCCL inside every node, never host staging there. The learned choice stands
+            # where it keeps that (else the cost model's rule decides); pipelines only where the inter-node level
+            # takes device memory (the pipelined schedule stages a call once for both levels).
+            pipelines = not comm.inter.host_memory_only
+            if self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links):
+                name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, "cuda", self.links)
+                if not heuristic.cuda_keeps_intra_on_device(name, topo.local_size, pipelines):
+                    name = None
+            name = name or heuristic.cuda_networked_choice(collective, nbytes, topo.num_nodes, topo.local_size,
+                                                            pipelines)
         if not name and topo.networked and topo.is_hierarchical and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
@@ -137,12 +152,15 @@ class Choice:
             name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type, self.links)
         plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))
         if plan.hierarchical:
-            comm.intra_level("mpi" if plan.pipelined else plan.intra)  # a library this device lacks: ValueError
+            comm.intra_level(plan.intra)  # a library this device lacks: ValueError
         if plan.pipelined:
             # The selector's machine parameters were fitted without the network (no link-aware features
-            # yet): the chunk count comes from the fixed chunk size, not from them.
-            chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, None)
-            # One chunk has nothing to overlap: its unpipelined form (MPI's collectives on both levels) runs it.
+            # yet): the chunk count comes from the fixed chunk size, not from them. CUDA tensors across a network
+            # are cut as the GPU model of their choice predicts best (the fixed size was measured on CPUs: 32 chunks
+            # of a 256 MiB call, where the model's best is 4, take it to 0.5-0.7x of NCCL's time, by the model).
+            gpu = heuristic.cuda_machine() if comm.device.type == "cuda" and topo.networked else None
+            chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, gpu, plan.name)
+            # One chunk has nothing to overlap: its unpipelined form (the same levels, unchunked) runs it.
             plan = dataclasses.replace(resolve(collective, HIER_PREFIX + "mpi") if chunks == 1 and not named
                                        else plan, chunks=chunks)
         return plan

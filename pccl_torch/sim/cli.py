@@ -8,6 +8,7 @@ library's flat ring (for all-to-all, its flat all-to-all).
     pccl-sim validate bench-n2.json bench-n3.json --machine tb200-fitted.yaml   # measured against predicted
     pccl-sim sweep --machine frontier --gpus 8..4096 --sizes 16M,64M,256M --plot sweep.png
     pccl-sim step zero3-*-n{2,3,4}.json --compute zero3-one-rank.json --machine tb200.yaml   # training steps
+    pccl-sim cuda-choice --machine perlmutter --gpus-per-node 4,8 --nodes 2..512   # pccl's choice for CUDA tensors
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from pccl_torch.sim.machine import MachineProfile
 from pccl_torch.units import format_size, run_command, size_argument, size_list_argument, table, tool_parser
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
+CUDA_CHOICE_SIZES = "1K,4K,16K,64K,256K,1M,4M,16M,64M,256M,1G"
+_SHORT = {"ring": "ring", "recursive_doubling": "rd", "recursive_halving": "rh", "rabenseifner": "rab",
+          "bruck": "bruck", "pairwise": "pw", "mpi": "mpi", "pipelined": "pipe"}
+"""Schedule names as the ``cuda-choice`` table abbreviates them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +182,19 @@ def _step(args: argparse.Namespace) -> None:
         print(f"wrote {args.json}")
 
 
-def _sweep(args: argparse.Namespace) -> None:
-    profile = machine.load(args.machine)
-    sizes = args.sizes
-    collectives = args.collective.split(",")
+def _collectives(text: str) -> list[str]:
+    """The collectives of a ``-c`` comma list; an unknown one raises, naming the valid ones."""
+    collectives = text.split(",")
     for c in collectives:
         if c not in COLLECTIVES:
             raise ValueError(f"unknown collective {c!r}; valid: {', '.join(COLLECTIVES)}")
+    return collectives
+
+
+def _sweep(args: argparse.Namespace) -> None:
+    profile = machine.load(args.machine)
+    sizes = args.sizes
+    collectives = _collectives(args.collective)
     points = sweep(profile, parse_gpus(args.gpus), sizes, collectives)
     print(format_sweep(points))
     if args.json:
@@ -193,6 +204,38 @@ def _sweep(args: argparse.Namespace) -> None:
         flat = "flat vendor collective" if "all_to_all" in collectives else "flat vendor ring"
         plot_sweep(points, args.plot, f"{profile.name}: best hierarchical vs {flat} (model)")
         print(f"wrote {args.plot}")
+
+
+def format_cuda_choice(profile: MachineProfile, collective: str, local: int, nodes: list[int],
+                       sizes: list[int]) -> str:
+    """pccl's choice for CUDA tensors (``heuristic.cuda_rule``) over ``nodes`` x ``sizes`` at ``local`` GPUs a node:
+    each cell the chosen hierarchical schedule and its predicted speed-up over NCCL's own collective, or ``nccl``
+    and the best hierarchical one's (below the margin)."""
+    from pccl_torch.selection.heuristic import CUDA_HIER_MARGIN, cuda_rule
+
+    rows = []
+    for n in nodes:
+        cells = []
+        for nbytes in sizes:
+            choice, best, speedup = cuda_rule(profile, collective, nbytes, n, local)
+            label = "nccl" if choice == "vendor" else _SHORT.get(best.partition(":")[2], best)
+            cells.append(f"{label} {speedup:.2f}")
+        rows.append((str(n), *cells))
+    lines = [f"{collective}, {local} GPUs a node ({profile.name}): hier:<schedule> where the model predicts >= "
+             f"{CUDA_HIER_MARGIN}x NCCL's own, else nccl (with the best hierarchical one's speed-up)"]
+    header = ("nodes", *(format_size(b) for b in sizes))
+    return "\n".join(lines + table(header, rows, ">" * len(header)))
+
+
+def _cuda_choice(args: argparse.Namespace) -> None:
+    profile = machine.load(args.machine)
+    if profile.device != "cuda":
+        raise ValueError(f"{profile.name} is not a GPU machine profile (device: {profile.device}); give one with "
+                         "device: cuda, such as perlmutter")
+    collectives = _collectives(args.collective)
+    per_node = [int(x) for x in args.gpus_per_node.split(",")]
+    print("\n\n".join(format_cuda_choice(profile, c, local, parse_gpus(args.nodes), args.sizes)
+                       for c in collectives for local in per_node))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -257,6 +300,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--json", help="write the points as JSON")
     s.add_argument("--plot", help="write a speedup plot (PNG)")
     s.set_defaults(run=_sweep)
+
+    g = sub.add_parser("cuda-choice", help="pccl's default choice for CUDA tensors across nodes (NCCL inside the "
+                                           "node), as the cost model predicts it against NCCL's own collective")
+    g.add_argument("--machine", default="perlmutter",
+                   help="GPU profile name or path (pccl's CUDA rule uses perlmutter)")
+    g.add_argument("--gpus-per-node", default="4,8", help="comma list of GPUs a node")
+    g.add_argument("--nodes", default="2..512", help="A..B (powers of two) or a comma list")
+    g.add_argument("--sizes", default=CUDA_CHOICE_SIZES, type=size_list_argument,
+                   help="comma list of sizes (all-to-all: one rank's send buffer)")
+    g.add_argument("-c", "--collective", default=",".join(COLLECTIVES), help="comma list of collectives")
+    g.set_defaults(run=_cuda_choice)
     return top
 
 

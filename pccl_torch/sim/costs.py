@@ -410,6 +410,22 @@ overlapped with the transfers; for all-to-all, every send and receive of the ran
 pairwise steps on the vendor library's links."""
 
 
+NCCL_TREE_BUS_EFFICIENCY = 0.9
+"""The share of the links' bandwidth NCCL's tuning model gives its tree (``busBw * .9``, ``src/graph/tuning.cc``)."""
+
+
+def vendor_tree_all_reduce(nodes: int, local_size: int, n: float) -> Terms:
+    """NCCL's (and RCCL's) tree all-reduce over ``nodes`` nodes of ``local_size`` ranks, as NCCL's own tuning model
+    prices it (``ncclTopoTuneModel``, ``src/graph/tuning.cc``): a chain through the node's ranks and a double
+    binary tree over the nodes, reduced up then broadcast down: latency ``2 ((L-1) a_intra + floor(lg N) a_step)``;
+    each node's links carry the buffer up and down (its algorithm bandwidth half the bus bandwidth) at
+    :data:`NCCL_TREE_BUS_EFFICIENCY` of their speed. NCCL runs it where it beats the ring (small and middle
+    sizes across many nodes): :func:`predict` takes the faster of the two on ``cuda`` machines. Not in the
+    linear :func:`terms` (a minimum of two costs is not linear in the parameters)."""
+    return Terms({"alpha_vendor_intra": 2.0 * (local_size - 1), "alpha_vendor_step": 2.0 * (nodes.bit_length() - 1),
+                  "beta_vendor_inter": 2.0 * n / NCCL_TREE_BUS_EFFICIENCY})
+
+
 def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
     """The MPI library's own collective: MPICH's choice of schedule (``heuristic.flat_choice``;
     :func:`mpich_all_to_all` for all-to-all) priced with ``alpha_mpi_native`` per step and the MPI point-to-point
@@ -447,19 +463,22 @@ CPU_VENDOR_LIBRARIES = frozenset({"gloo"})
 """Vendor libraries of machines whose ranks hold CPU tensors: there pccl's ``hier:`` runs MPI inside the node."""
 
 
-def split_hierarchical(algorithm: str, vendor_library: str = "nccl") -> tuple[str, str] | None:
+def split_hierarchical(algorithm: str, vendor_library: str = "nccl", device: str = "cpu") -> tuple[str, str] | None:
     """``(intra, inner)`` of a hierarchical name: intra is ``mpi`` or ``vendor``; None for a flat name.
 
     ``hier-<library>:`` names its library. ``hier:`` runs the device's default inside the node, as
     ``Communicator.intra`` picks it: the vendor library on GPU machines (NCCL, RCCL), MPI's shared memory on CPU
-    machines (whose vendor library, :data:`CPU_VENDOR_LIBRARIES`, is gloo). ``pipelined`` always runs MPI inside."""
+    machines (whose vendor library, :data:`CPU_VENDOR_LIBRARIES`, is gloo). ``hier:pipelined`` runs the vendor
+    library inside on a ``cuda`` machine (``MachineProfile.device``), as ``plan.Plan`` runs it for CUDA tensors,
+    and MPI inside on a ``cpu`` one (profiles without a device: as priced before pipelines ran NCCL inside)."""
     head, sep, inner = algorithm.partition(":")
     if not sep or not head.startswith("hier"):
         return None
     library = intra_library(algorithm)
     if library is None:
-        library = "mpi" if vendor_library in CPU_VENDOR_LIBRARIES else "vendor"
-    return ("mpi" if library == "mpi" or inner == PIPELINED else "vendor"), inner
+        library = "mpi" if vendor_library in CPU_VENDOR_LIBRARIES or (inner == PIPELINED and device != "cuda") \
+            else "vendor"
+    return ("mpi" if library == "mpi" else "vendor"), inner
 
 
 def hierarchical_phases(collective: str, inner: str, nbytes: float, nodes: int, local_size: int,
@@ -522,11 +541,12 @@ def _a2a_phases(inner: str, nbytes: float, nodes: int, local_size: int, nics_per
 
 
 def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
-          nics_per_node: int, *, host_cores: int = 0, vendor_library: str = "nccl") -> Terms:
+          nics_per_node: int, *, host_cores: int = 0, vendor_library: str = "nccl", device: str = "cpu") -> Terms:
     """The cost of one call of ``algorithm`` on a full buffer of ``nbytes`` (all-to-all: one rank's send buffer)
     over ``nodes`` x ``local_size`` ranks, including the per-call ``overhead`` (``pipelined``: unoverlapped, see
     :func:`predict`); the cores' work is :func:`contention` times as long when the ranks share ``host_cores``
-    cores. ``vendor`` is ``vendor_library``'s schedule (gloo's reduce-scatter: an all-reduce of a copy)."""
+    cores. ``vendor`` is ``vendor_library``'s schedule (gloo's reduce-scatter: an all-reduce of a copy); ``device``
+    is where the ranks' tensors live (:func:`split_hierarchical`)."""
     collective = _check(collective)
     if nodes < 1 or local_size < 1 or nics_per_node < 1:
         raise ValueError(f"nodes, local_size and nics_per_node must be >= 1, got {nodes}, {local_size}, "
@@ -535,20 +555,20 @@ def terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     factor = contention(nodes * local_size, host_cores)
     return (Terms({"overhead": 1.0}) + _schedule(collective, algorithm, nbytes, nodes, local_size, nics_per_node,
-                                                 vendor_library)).contended(factor)
+                                                 vendor_library, device)).contended(factor)
 
 
 def profile_terms(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
                   profile: MachineProfile) -> Terms:
-    """:func:`terms` on ``profile``'s machine: its NICs a node, shared cores and vendor library."""
+    """:func:`terms` on ``profile``'s machine: its NICs a node, shared cores, vendor library and device."""
     return terms(collective, algorithm, nbytes, nodes, local_size, profile.nics_per_node,
-                 host_cores=profile.host_cores, vendor_library=profile.vendor_library)
+                 host_cores=profile.host_cores, vendor_library=profile.vendor_library, device=profile.device)
 
 
 def _schedule(collective: Collective, algorithm: str, nbytes: float, nodes: int, local_size: int,
-              nics_per_node: int, vendor_library: str) -> Terms:
+              nics_per_node: int, vendor_library: str, device: str = "cpu") -> Terms:
     """The uncontended cost of ``algorithm``'s schedule, without the per-call overhead."""
-    hier = split_hierarchical(algorithm, vendor_library)
+    hier = split_hierarchical(algorithm, vendor_library, device)
     if hier is not None and algorithm in algorithms(collective):
         phases = hierarchical_phases(collective, hier[1], nbytes, nodes, local_size, nics_per_node, hier[0])
         return _total(cost for _, cost in phases)
@@ -567,16 +587,18 @@ def _schedule(collective: Collective, algorithm: str, nbytes: float, nodes: int,
 
 
 def pipelined_time(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,
-                   chunks: int) -> float:
-    """Seconds of ``hier:pipelined`` in ``chunks`` chunks: each phase of one chunk costs ``t_s`` (its latency
+                   chunks: int, algorithm: str = HIER_PREFIX + PIPELINED) -> float:
+    """Seconds of ``algorithm`` (``hier:pipelined`` or ``hier-mpi:pipelined``: the library inside the node, by
+    :func:`split_hierarchical`) in ``chunks`` chunks: each phase of one chunk costs ``t_s`` (its latency
     plus 1/chunks of its bytes), the first chunk passes every phase and each further one adds what bounds a
     chunk: the slowest phase, or the cores' work of every phase (a rank's phases share its cores; on a shared
     host, every rank's): ``sum_s t_s + (chunks - 1) max(max_s t_s, sum_s host_s)``; and each phase of each chunk
     its ``chunk_overhead`` of the cores' work, contended like the rest of it."""
     factor = contention(nodes * local_size, profile.host_cores)
+    intra, _ = split_hierarchical(algorithm, profile.vendor_library, profile.device) or ("mpi", PIPELINED)
     phases = [cost.contended(factor) for _, cost in
               hierarchical_phases(collective, PIPELINED, nbytes / chunks, nodes, local_size, profile.nics_per_node,
-                                  "mpi")]
+                                  intra)]
     times = [cost.time(profile) for cost in phases]
     host = sum(cost.host().time(profile) for cost in phases)
     return (profile.overhead * factor + sum(times) + (chunks - 1) * max(max(times), host)
@@ -595,19 +617,26 @@ def max_chunks(nbytes: int) -> int:
     return max(1, min(MAX_CHUNKS, nbytes // MIN_CHUNK_BYTES))
 
 
-def best_chunks(collective: str, nbytes: int, nodes: int, local_size: int, profile: MachineProfile) -> int:
+def best_chunks(collective: str, nbytes: int, nodes: int, local_size: int, profile: MachineProfile,
+                algorithm: str = HIER_PREFIX + PIPELINED) -> int:
     """The chunk count of least :func:`pipelined_time` among the powers of two up to :func:`max_chunks`."""
     counts = [1 << k for k in range(max_chunks(nbytes).bit_length())]
-    return min(counts, key=lambda k: pipelined_time(collective, nbytes, nodes, local_size, profile, k))
+    return min(counts, key=lambda k: pipelined_time(collective, nbytes, nodes, local_size, profile, k, algorithm))
 
 
 def predict(collective: str, algorithm: str, nbytes: float, nodes: int, local_size: int,
             profile: MachineProfile) -> float:
-    """Predicted seconds of one call on ``profile`` (``hier:pipelined`` in its :func:`best_chunks`)."""
+    """Predicted seconds of one call on ``profile`` (``hier:pipelined`` in its :func:`best_chunks`; on a ``cuda``
+    machine across nodes, the vendor all-reduce as the faster of its ring and :func:`vendor_tree_all_reduce`)."""
     if algorithm.endswith(":" + PIPELINED):
-        chunks = best_chunks(collective, int(nbytes), nodes, local_size, profile)
-        return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
-    return profile_terms(collective, algorithm, nbytes, nodes, local_size, profile).time(profile)
+        chunks = best_chunks(collective, int(nbytes), nodes, local_size, profile, algorithm)
+        return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks, algorithm)
+    seconds = profile_terms(collective, algorithm, nbytes, nodes, local_size, profile).time(profile)
+    if algorithm == "vendor" and collective == "all_reduce" and profile.device == "cuda" and nodes > 1:
+        factor = contention(nodes * local_size, profile.host_cores)
+        tree = (Terms({"overhead": 1.0}) + vendor_tree_all_reduce(nodes, local_size, nbytes)).contended(factor)
+        seconds = min(seconds, tree.time(profile))
+    return seconds
 
 
 def best(collective: str, nbytes: float, nodes: int, local_size: int, profile: MachineProfile,

@@ -32,7 +32,10 @@ PARAMS: tuple[str, ...] = (
 VENDOR_LIBRARIES: tuple[str, ...] = ("nccl", "rccl", "gloo")
 """The flat libraries the model knows how ``vendor`` runs."""
 
-TOPOLOGY_KEYS: tuple[str, ...] = ("host_cores", "vendor_library")
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+"""The device types a profile's ranks hold tensors on, as torch names them (ROCm GPUs are ``cuda`` too)."""
+
+TOPOLOGY_KEYS: tuple[str, ...] = ("host_cores", "vendor_library", "device")
 """Optional YAML keys (facts of the machine, not fitted); a profile that leaves them out gets the defaults of
 :class:`MachineProfile`'s fields."""
 
@@ -98,6 +101,11 @@ class MachineProfile:
     vendor_library: str = "nccl"
     """The flat vendor library the model prices as ``vendor`` (:data:`VENDOR_LIBRARIES`): ``nccl``/``rccl`` run
     a ring reduce-scatter; torch's ``gloo`` backend runs reduce-scatter as an all-reduce of a copy."""
+    device: str = "cpu"
+    """Where the ranks' tensors live (:data:`DEVICES`). ``cuda``: the model prices what runs on GPUs, where pccl's
+    ``hier:pipelined`` runs the vendor library inside the node like every ``hier:`` name, and NCCL/RCCL run an
+    all-reduce as the faster of their ring and their tree. ``cpu`` (profiles without the key, written before it
+    existed, included): ``hier:pipelined`` with MPI inside the node, the vendor all-reduce as a ring."""
     chunk_overhead: float = 0.0
     """Seconds of the cores' work each phase of each chunk of a pipelined call adds (starting and completing its
     non-blocking collective, slicing the chunk); fitted on pipelined rows after the linear parameters
@@ -116,6 +124,10 @@ class MachineProfile:
         if self.vendor_library not in VENDOR_LIBRARIES:
             raise ValueError(f"vendor_library must be one of {', '.join(VENDOR_LIBRARIES)}, "
                              f"got {self.vendor_library!r}.")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}.")
+        if self.device == "cuda" and self.vendor_library == "gloo":
+            raise ValueError("device cuda needs a GPU vendor library (nccl or rccl), got 'gloo'.")
         for param in (*PARAMS, *_OPTIONAL_YAML_KEYS):
             value = getattr(self, param)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
@@ -160,7 +172,7 @@ class MachineProfile:
         """The YAML mapping (human units), the inverse of :meth:`from_dict`."""
         out: dict[str, Any] = {"name": self.name, "ranks_per_node": self.ranks_per_node,
                                "nics_per_node": self.nics_per_node, "host_cores": self.host_cores,
-                               "vendor_library": self.vendor_library}
+                               "vendor_library": self.vendor_library, "device": self.device}
         for param, (key, unit) in _ALL_YAML_KEYS.items():
             out[key] = _to_human(getattr(self, param), unit)
         if self.sources:

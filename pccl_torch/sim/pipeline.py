@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 
-from pccl_torch.plan import PIPELINED
+from pccl_torch.plan import HIER_PREFIX, PIPELINED
 from pccl_torch.sim.costs import best_chunks, max_chunks, pipelined_time, predict
 from pccl_torch.sim.machine import MachineProfile
 
@@ -41,14 +41,14 @@ def _fixed_chunks() -> int | None:
 
 
 def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,
-                    machine: MachineProfile | None) -> int:
-    """The chunk count of a pipelined call of ``collective`` on a full buffer of ``nbytes`` bytes."""
+                    machine: MachineProfile | None, algorithm: str = HIER_PREFIX + PIPELINED) -> int:
+    """The chunk count of a pipelined call (``algorithm``) of ``collective`` on a full buffer of ``nbytes`` bytes."""
     fixed = _fixed_chunks()
     if fixed is not None:
         return fixed
     if machine is None:
         return max(1, min(max_chunks(nbytes), -(-nbytes // DEFAULT_CHUNK_BYTES)))
-    return best_chunks(collective, nbytes, nodes, local_size, machine)
+    return best_chunks(collective, nbytes, nodes, local_size, machine, algorithm)
 
 
 def predict_as_run(collective: str, algorithm: str, nbytes: int, nodes: int, local_size: int,
@@ -60,5 +60,5 @@ def predict_as_run(collective: str, algorithm: str, nbytes: int, nodes: int, loc
     if algorithm.endswith(":" + PIPELINED):
         if chunks is None:
             chunks = pipeline_chunks(collective, nbytes, nodes, local_size, None)
-        return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks)
+        return pipelined_time(collective, nbytes, nodes, local_size, profile, chunks, algorithm)
     return predict(collective, algorithm, nbytes, nodes, local_size, profile)
