@@ -109,6 +109,9 @@ class Choice:
         topo = comm.topology
         valid = names_for(collective, comm.device.type)
         pool = [n for n in tuning.POOL if n in valid and n != chosen and (topo.is_hierarchical or ":" not in n)]
+        if comm.device.type == "cuda" and topo.is_hierarchical:  # never a candidate that stages a node's bytes
+            pool = [n for n in pool if heuristic.cuda_keeps_intra_on_device(n, topo.local_size,
+                                                                           not comm.inter.host_memory_only)]
         machine = self.selector.machine_profile(self.links) if self.selector is not None else None
         if machine is None or not pool:
             return pool

@@ -214,3 +214,15 @@ def test_pccl_sim_cuda_choice_prints_the_rule(capsys) -> None:
     out = capsys.readouterr().out
     assert "all_reduce, 4 GPUs a node (perlmutter)" in out and "nccl" in out and "pipe" in out
     assert main(["cuda-choice", "--machine", "local-cpu"]) != 0  # a CPU profile: an error naming a GPU one
+
+
+@pytest.mark.parametrize("staged_inter", [True, False], ids=["mpiexec", "torchrun"])
+def test_online_tuning_never_tries_a_plan_that_stages_a_nodes_bytes(staged_inter) -> None:
+    """``PCCL_TUNE=online``'s candidates for CUDA tensors across nodes of several GPUs keep NCCL inside the node too
+    (before: the pool's flat ``mpi``, pccl's flat schedules and ``hier-mpi:`` ones)."""
+    for collective in COLLECTIVES:
+        comm = cuda_comm(4, 8, staged_inter=staged_inter)
+        candidates = Choice(overrides={})._alternatives(comm, collective, "vendor", 1 << 20)
+        assert candidates, collective
+        for name in candidates:
+            assert heuristic.cuda_keeps_intra_on_device(name, 8, not staged_inter), (collective, name)
