@@ -145,9 +145,10 @@ def _count_wrong(collective: str, call: Callable[[], None], bufs: _Buffers, rank
 
 def measure(comm: pc.Communicator, settings: Settings, progress: bool = True) -> list[dict]:
     """Measure every (collective, size, backend); returns the rows (identical on every rank). The ranks
-    synchronise and agree over ``comm.world``, so the same loop runs under mpiexec and under torchrun."""
+    synchronise and agree over ``comm.control`` (host tensors: MPI, or gloo where pccl's levels are NCCL), so the same
+    loop runs under mpiexec and under torchrun, on CPU and CUDA tensors."""
     topo = comm.topology
-    world = comm.world
+    world = comm.control
     if comm.transport != "mpi" and any(b.strip() == "mpi" for b in settings.backends.split(",")):
         raise ValueError(f"the mpi baseline calls the MPI library directly and needs an MPI launch; pccl runs over "
                          f"{comm.transport} here (drop mpi from --backends)")
