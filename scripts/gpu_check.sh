@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# The GPU check of issue 22, in one device call: the Triton kernels compiled on CUDA, bench_kernels.py on
-# CUDA (GB/s beside copy_), CUDA tensors through the public API under mpiexec (ranks sharing the one GPU),
-# the `pccl` torch.distributed backend ("cpu:gloo,cuda:pccl") with DDP / FSDP2 steps against CPU gloo, and
-# pccl-bench on CUDA when it has a device option. Writes under $OUT (default out/gpu_check):
-#   summary.json, summary.txt      every section: pass / fail / skip / xfail, a reason, its figures
-#   env.log kernels.log bench.log api.log backend.log (the training runs too) pccl_bench.log: the sections' output (capped)
-# (7-8 files: the device tool brings back at most 8 from $OUT.)
+# The GPU check, in one device call of at most ~8 minutes. First the CUDA contract of issue 52 (item 4), judged
+# against NCCL's own run in the same call:
+#   torchrun-nccl          NCCL (the reference): every check below on torch's NCCL, 2 ranks on the one GPU
+#   torchrun-pccl          torchrun + dist.init_process_group("pccl"), one node of 2 ranks (the README's setup)
+#   torchrun-pccl-2nodes   torchrun -m pccl_torch.run, 2 emulated nodes of 1 (PCCL_LOCAL_SIZE=1), hier:ring forced
+#   plans-n4               mpiexec -n 4, 2 emulated nodes x 2: every hier:* / hier-nccl:* plan and hier:pipelined
+#   mpi-contract           mpiexec -n 4, 2 x 2: a pccl group per forced plan (hier:pipelined, hier:ring)
+#   fifo-cpu-n2, -n3       torchrun on CPU tensors, PCCL_ASYNC=thread: the per-group FIFO
+# (scripts/gpu_cuda_contract.py, scripts/gpu_plans_check.py; every rank writes JSON rows as it goes), judged by
+# scripts/gpu_check_lib.py into the verdicts c1-torchrun-losses, c2-host-return, c3-sync-debug, c4-streams-fifo,
+# c5-networked-plans, c6-fsdp2-step-time, c-fifo-cpu. Then the older sections that fit (issue 22/32): backend-n2,
+# staging-cuda, streams-cuda, kernels, bench-float32, api-n4-L2; the rest (bench-bfloat16, api-n2-L2, api-n1-all,
+# api-n2-L1-nccl, pccl-bench-*, gpt-cuda-*, moe-cuda, api-n2-L2-nccl-hostid) run with GPU_CHECK_SET=all or
+# GPU_CHECK_ONLY=<names> (a second call). Writes under $OUT (default out/gpu_check), 8 files (the device tool's limit):
+#   summary.json, summary.txt   every section and verdict: pass / fail / skip / xfail, a reason, its figures
+#   contract.jsonl              every row of the contract launches (re-judge: gpu_check_lib.py contract FILE)
+#   env.log kernels.log bench.log api.log backend.log: the sections' output (capped; the contract launches' in
+#   backend.log, plans-n4's in api.log, pccl-bench's in bench.log)
 #
 # Run it with the device tool (one call; the machine has no network):
-#   run(command="bash scripts/gpu_check.sh", timeout_s=600, carry=[".whl"])   # carry only if .whl exists
+#   run(command="bash scripts/gpu_check.sh", timeout_s=600)        # add carry=[".whl"] only if .whl exists
 # If the image has no MPI library (no libmpi for mpi4py), carry the MPICH wheel, prepared here first:
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl mpich==5.0.2
 # Knobs: GPU_CHECK_BUDGET_S (default 480: sections that would not fit are skipped, saying so),
-# GPU_CHECK_ONLY=kernels,api-n2 (run only sections whose name starts with one of these; env always runs),
+# GPU_CHECK_SET (contract: the default set above; all: every section, more than one call holds),
+# GPU_CHECK_ONLY=torchrun-,kernels (run only sections whose name starts with one of these; env always runs),
 # GPU_CHECK_WHEELS (wheel folder; default .whl, then wheels/), PYTHON (default python3; resolved once to an
 # absolute path, symlinks kept so a venv stays a venv, and used everywhere: Open MPI's mpiexec starts the
 # ranks with another PATH, whose python3 may lack mpi4py), GPU_CHECK_MPIEXEC (the launcher; default: the one
@@ -33,18 +45,23 @@ OUT=${OUT:-$ROOT/out/gpu_check}
 WORK=${GPU_CHECK_WORK:-/tmp/pccl-gpu-check}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-480}
 ONLY=${GPU_CHECK_ONLY:-}
+SET=${GPU_CHECK_SET:-contract}
+# The default set (GPU_CHECK_SET=contract), by name prefix: issue 52's contract first, then the older sections
+# that fit beside it in one call.
+DEFAULT_SET="torchrun- plans- mpi-contract fifo-cpu- backend-n2 staging-cuda streams-cuda kernels bench-float32"
+DEFAULT_SET+=" api-n4-L2"
 RESERVE_S=20       # kept back for the summary
 MIN_SECTION_S=20   # a section given less than this is skipped instead
 START=$(date +%s)
 export GPU_CHECK_START=$START
-GPU_CHECK_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo "not a git checkout")
+GPU_CHECK_COMMIT=$(git rev-parse -q --verify HEAD 2>/dev/null || echo "not a git checkout")
 export GPU_CHECK_COMMIT
 
 case "$WORK" in */pccl-gpu-check*) ;; *) echo "GPU_CHECK_WORK must name a pccl-gpu-check folder" >&2; exit 2 ;; esac
 mkdir -p "$OUT" "$WORK"
 find "$WORK" -mindepth 1 -maxdepth 1 ! -name triton-cache -exec rm -rf {} +
 rm -f "$OUT"/summary.json "$OUT"/summary.txt "$OUT"/env.log "$OUT"/kernels.log "$OUT"/bench.log \
-      "$OUT"/api.log "$OUT"/backend.log "$OUT"/pccl_bench.log
+      "$OUT"/api.log "$OUT"/backend.log "$OUT"/pccl_bench.log "$OUT"/contract.jsonl
 : >"$WORK/sections.tsv"
 
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$WORK/triton-cache}
@@ -89,21 +106,31 @@ append_log() {  # src dst title: a copy capped at ~2400 lines (failures can repe
     } >>"$2"
 }
 
-selected() {  # name: whether GPU_CHECK_ONLY lets it run
-    [ -z "$ONLY" ] && return 0
-    local want
-    IFS=',' read -r -a want <<<"$ONLY"
+selected() {  # name: whether GPU_CHECK_ONLY (when set), else GPU_CHECK_SET, lets it run
+    local want w
+    if [ -n "$ONLY" ]; then
+        IFS=',' read -r -a want <<<"$ONLY"
+    elif [ "$SET" = all ]; then
+        return 0
+    else
+        read -r -a want <<<"$DEFAULT_SET"
+    fi
     for w in "${want[@]}"; do
         [ -n "$w" ] && [[ "$1" == "$w"* ]] && return 0
     done
     return 1
 }
 
+not_selected() {  # why `selected` said no
+    if [ -n "$ONLY" ]; then echo "not selected (GPU_CHECK_ONLY=$ONLY)"
+    else echo "not in the default set (GPU_CHECK_SET=all, or GPU_CHECK_ONLY=$1, runs it: a second call)"; fi
+}
+
 run_section() {  # name kind cap_s log -- command...: under `timeout`, within the budget; recorded either way
     local name=$1 kind=$2 cap=$3 log=$4
     shift 4
     [ "${1:-}" = "--" ] && shift
-    if ! selected "$name"; then skip "$name" "not selected (GPU_CHECK_ONLY=$ONLY)"; return 0; fi
+    if ! selected "$name"; then skip "$name" "$(not_selected "$name")"; return 0; fi
     local remaining=$(( BUDGET_S - $(elapsed) - RESERVE_S ))
     local limit=$(( cap < remaining ? cap : remaining ))
     if [ "$limit" -lt "$MIN_SECTION_S" ]; then
@@ -223,7 +250,7 @@ echo "mpiexec: ${MPIEXEC:-none} ($(mpi_family "$(timeout 10 "${MPIEXEC:-false}" 
 # The project from this tree: an editable install (no network, no build isolation), else a shadow package
 # (triton_kernels/ and integrations/ are installed inside pccl_torch: pyproject's package-dir).
 if ! "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . >>"$ENV_LOG" 2>&1 \
-        || ! "$PY" -c 'import pccl_torch.triton_kernels, pccl_torch.integrations.fsdp' >>"$ENV_LOG" 2>&1; then
+        || ! (cd "$WORK" && "$PY" -c 'import pccl_torch.triton_kernels, pccl_torch.integrations.fsdp') >>"$ENV_LOG" 2>&1; then
     echo "editable install failed: shadow package in $WORK/src on PYTHONPATH" >>"$ENV_LOG"
     mkdir -p "$WORK/src"
     cp -r pccl_torch "$WORK/src/"
@@ -233,7 +260,7 @@ if ! "$PY" -m pip install --no-index --no-deps --no-build-isolation -e . >>"$ENV
     export PYTHONPATH="$WORK/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
 HAVE_PCCL=0
-"$PY" -c 'import pccl_torch, pccl_torch.triton_kernels as k, pccl_torch.integrations.fsdp; print("pccl_torch", pccl_torch.__file__, "HAS_TRITON", k.HAS_TRITON)' \
+(cd "$WORK" && "$PY" -c 'import pccl_torch, pccl_torch.triton_kernels as k, pccl_torch.integrations.fsdp; print("pccl_torch", pccl_torch.__file__, "HAS_TRITON", k.HAS_TRITON)') \
     >>"$ENV_LOG" 2>&1 && HAVE_PCCL=1
 HAVE_CUDA=0
 [ "$(jget cuda_available)" = "True" ] && HAVE_CUDA=1
@@ -264,45 +291,63 @@ fi
 FLAT_AUTO="all_gather:mpi,reduce_scatter:mpi,all_reduce:mpi,all_to_all:mpi"
 DRIVER=(tests/multiprocess/driver.py --device cuda --no-large)
 
-# -- 1. kernel tests, compiled on CUDA -----------------------------------------------------------------------
-if [ -n "$NO_GPU" ]; then
-    skip kernels "$NO_GPU"
+# -- 1. the CUDA contract of issue 52 (item 4), judged against NCCL's own run --------------------------------
+# Two ranks on the one GPU under torchrun: each rank's NCCL_HOSTID is set by the script (--hostid-per-rank), so
+# NCCL sees two hosts and joins them over its socket transport on lo. Every launch writes JSON rows into
+# $WORK/rows/<name>/ (what it began last, too: a hang names its place), gathered into $OUT/contract.jsonl; the
+# c* verdicts of summary.txt judge them. The contract launches use the user's defaults (PCCL_PROFILE unset).
+TORCHRUN=("$PY" -m torch.distributed.run --standalone)
+CONTRACT=(scripts/gpu_cuda_contract.py --hostid-per-rank)
+CONTRACT_ENV=(env -u PCCL_PROFILE NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 PYTHONWARNINGS=ignore::FutureWarning)
+HIER_RING="all_gather:hier:ring,reduce_scatter:hier:ring,all_reduce:hier:ring"
+contract_launch() {  # name cap log -- command...: run_section, then the launch's rows into contract.jsonl
+    local name=$1 cap=$2 log=$3
+    shift 3
+    [ "${1:-}" = "--" ] && shift
+    mkdir -p "$WORK/rows/$name"
+    run_section "$name" contract "$cap" "$log" -- "$@"
+    cat "$WORK/rows/$name"/*.jsonl >>"$OUT/contract.jsonl" 2>/dev/null
+    return 0
+}
+NO_CUDA_PCCL="${NO_GPU}"
+NO_MPI_CUDA="${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+if [ -n "$NO_CUDA_PCCL" ]; then
+    for name in torchrun-nccl torchrun-pccl torchrun-pccl-2nodes; do skip "$name" "$NO_CUDA_PCCL"; done
 else
-    PYTEST=("$PY" -m pytest tests/kernels -q -p no:cacheprovider -rf --junitxml="$WORK/kernels.xml")
-    [ "$(jget xdist)" = "True" ] && PYTEST+=(-n 8)          # Triton compiles in parallel; one cache
-    [ "$(jget pytest_timeout)" = "True" ] && PYTEST+=(--timeout 300)
-    run_section kernels normal 150 kernels.log -- env -u TRITON_INTERPRET -u PCCL_KERNELS "${PYTEST[@]}"
+    # NCCL first: the reference of losses, step times and host-return ratios, and the proof that each stream,
+    # FIFO and sync-debug check passes on the library whose contract it states.
+    contract_launch torchrun-nccl 100 backend.log -- "${CONTRACT_ENV[@]}" "${TORCHRUN[@]}" --nproc-per-node 2 \
+        "${CONTRACT[@]}" --backend nccl --label torchrun-nccl --rows "$WORK/rows/torchrun-nccl"
+    # What the README promises: torchrun, `import pccl_torch; dist.init_process_group("pccl")`, CUDA tensors.
+    contract_launch torchrun-pccl 150 backend.log -- "${CONTRACT_ENV[@]}" "${TORCHRUN[@]}" --nproc-per-node 2 \
+        "${CONTRACT[@]}" --backend pccl --label torchrun-pccl --rows "$WORK/rows/torchrun-pccl"
+    # An unchanged NCCL script under `python -m pccl_torch.run`, 2 emulated nodes (a networked layout: pccl's
+    # control exchanges and link probes over torchrun's groups) and the hierarchy forced (NCCL levels, NCCL
+    # point-to-point between the nodes for the ring's 16 MiB steps).
+    contract_launch torchrun-pccl-2nodes 120 backend.log -- "${CONTRACT_ENV[@]}" PCCL_LOCAL_SIZE=1 \
+        PCCL_ALGO="$HIER_RING" "${TORCHRUN[@]}" --nproc-per-node 2 -m pccl_torch.run "${CONTRACT[@]}" \
+        --backend nccl --label torchrun-pccl-2nodes --rows "$WORK/rows/torchrun-pccl-2nodes"
 fi
+if [ -n "$NO_MPI_CUDA" ]; then
+    skip plans-n4 "$NO_MPI_CUDA"
+    skip mpi-contract "$NO_MPI_CUDA"
+else
+    # mpiexec, 4 ranks on the GPU as 2 emulated nodes x 2: NCCL inside each node, MPI between over host staging.
+    contract_launch plans-n4 120 api.log -- "$MPIEXEC" -n 4 "${CONTRACT_ENV[@]}" PCCL_LOCAL_SIZE=2 \
+        "$PY" scripts/gpu_plans_check.py --hostid-per-rank --label plans-n4 --rows "$WORK/rows/plans-n4"
+    contract_launch mpi-contract 120 backend.log -- "$MPIEXEC" -n 4 "${CONTRACT_ENV[@]}" PCCL_LOCAL_SIZE=2 \
+        "$PY" "${CONTRACT[@]}" --backend pccl --plans hier:pipelined,hier:ring --phases timing,streams,fifo \
+        --label mpi-contract --rows "$WORK/rows/mpi-contract"
+fi
+# The per-group FIFO on CPU tensors with pccl's worker thread (issue 52's "must show", 2 and 3 ranks).
+for n in 2 3; do
+    if [ "$HAVE_PCCL" != 1 ]; then skip "fifo-cpu-n$n" "pccl_torch does not import (env.log)"; continue; fi
+    contract_launch "fifo-cpu-n$n" 45 backend.log -- "${CONTRACT_ENV[@]}" PCCL_ASYNC=thread "${TORCHRUN[@]}" \
+        --nproc-per-node "$n" scripts/gpu_cuda_contract.py --device cpu --backend pccl --phases fifo \
+        --label "fifo-cpu-n$n" --rows "$WORK/rows/fifo-cpu-n$n"
+done
 
-# -- 2. bench_kernels.py on CUDA: GB/s of each kernel beside copy_ --------------------------------------------
-# Per dtype (float32 here, bfloat16 after section 4): reduce_2/8, permute (the tiled kernel), rotate and the wire
-# kernels (quantize, dequantize, dequantize_acc, split/merge_planes), Triton forced beside the torch reference;
-# the "auto" column (the dispatch table's pick, SLOWER when the other path won), "per-call cost" (1-element
-# buffers, 200 calls back to back), "dispatch check" and "proposed routes" (ROUTES rows from this run) at the end.
-# 2026-12-04: 8 s a dtype with 4 kernels; ~2.5x the rows now, and 6 more kernels to compile.
-bench() {  # dtype cap
-    run_section "bench-$1" normal "$2" bench.log -- "$PY" benchmarks/bench_kernels.py --device cuda \
-        -b 64K -e 256M -f 4 -n 20 -w 3 -d "$1" --json "$WORK/bench-$1.json"
-}
-if [ -n "$NO_GPU" ]; then skip bench-float32 "$NO_GPU"; else bench float32 75; fi
-
-# -- 3. CUDA tensors through the public API (mpiexec; every rank on the one GPU) ------------------------------
-api() {  # name kind cap ranks local_size pccl_algo names [env...]: one driver launch
-    local name=$1 kind=$2 cap=$3 n=$4 l=$5 algo=$6 names=$7
-    shift 7
-    local reason="${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
-    if [ -n "$reason" ]; then skip "$name" "$reason"; return 0; fi
-    local envs=(PCCL_LOCAL_SIZE="$l" "$@")
-    [ -n "$algo" ] && envs+=(PCCL_ALGO="$algo")
-    local args=("${DRIVER[@]}" --json "$WORK/$name.json")
-    [ -n "$names" ] && args+=(--algorithms "$names")
-    run_section "$name" "$kind" "$cap" api.log -- "$MPIEXEC" -n "$n" env "${envs[@]}" "$PY" "${args[@]}"
-}
-# Flat family, mpi and hier-mpi:* (no NCCL communicator of several ranks): must pass.
-api api-n2-L2 normal 120 2 2 "$FLAT_AUTO" "$SAFE_NAMES"
-api api-n4-L2 normal 120 4 2 "$FLAT_AUTO" "$SAFE_NAMES"
-
-# -- 4. the pccl backend ("cpu:gloo,cuda:pccl"), DDP and FSDP2 on CUDA against CPU gloo -----------------------
+# -- 2. the pccl backend ("cpu:gloo,cuda:pccl"), DDP and FSDP2 on CUDA against CPU gloo (mpiexec) -------------
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip backend-n2 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 else
@@ -312,43 +357,7 @@ else
         --json "$WORK/backend-n2.json" --steps 4
 fi
 
-if [ -n "$NO_GPU" ]; then skip bench-bfloat16 "$NO_GPU"; else bench bfloat16 60; fi
-
-# -- 3b. NCCL inside the node -------------------------------------------------------------------------------
-# One rank: every name, vendor and hier:* included (NCCL communicators of one rank).
-api api-n1-all normal 75 1 1 "" ""
-# Two emulated nodes of one rank: hier:* with NCCL intra-node communicators of one rank each, MPI between.
-api api-n2-L1-nccl normal 75 2 1 "$FLAT_AUTO" "$NCCL_INTRA_NAMES"
-# Two ranks in one node on one GPU: NCCL refuses (ncclInvalidUsage "Duplicate GPU detected" at the first
-# collective, which breaks the communicator: every later case reports it). Expected failure, with its reason.
-api api-n2-L2-nccl xfail-nccl 60 2 2 "" "$NCCL_ALL_NAMES" NCCL_DEBUG=WARN
-
-# -- 5. pccl-bench on CUDA tensors (world 1 and 2) ------------------------------------------------------------
-if [ -n "$NO_GPU$NO_MPI" ]; then
-    skip pccl-bench-w1 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
-    skip pccl-bench-w2 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
-    skip pccl-bench-w2-host "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
-elif ! "$PY" -m pccl_torch.bench.cli --help 2>/dev/null | grep -q -- '--device'; then
-    gap="gap: pccl-bench has no --device option (pccl_torch/bench/cli.py:138 pc.init() without device; runner.py:68-72 CPU buffers), so the host-staging cost on CUDA is not measured"
-    skip pccl-bench-w1 "$gap"
-    skip pccl-bench-w2 "$gap"
-    skip pccl-bench-w2-host "$gap"
-else
-    # One rank (a singleton MPI world): pccl's every CUDA algorithm beside torch's NCCL.
-    run_section pccl-bench-w1 normal 60 pccl_bench.log -- "$PY" -m pccl_torch.bench.cli --device cuda \
-        -b 1K -e 64M -f 4 --iter-budget 256M --backends pccl,pccl:all,nccl --check --no-progress \
-        --json "$WORK/pccl-bench-w1.json"
-    # Two ranks on the one GPU (NCCL_HOSTID a rank), then the same sizes on host tensors: what host staging costs
-    # (issue 32: staged <= 1.3x the host time from 16 MiB).
-    run_section pccl-bench-w2 normal 120 pccl_bench.log -- "$MPIEXEC" -n 2 "${NCCL_TWO_HOSTS[@]}" \
-        "$PY" -m pccl_torch.bench.cli --device cuda -b 1K -e 64M -f 4 --iter-budget 256M \
-        --backends pccl,pccl:mpi,pccl:ring,nccl --check --no-progress --json "$WORK/pccl-bench-w2.json"
-    run_section pccl-bench-w2-host normal 90 pccl_bench.log -- "$MPIEXEC" -n 2 \
-        "$PY" -m pccl_torch.bench.cli -b 1K -e 64M -f 4 --iter-budget 256M \
-        --backends pccl,pccl:mpi,pccl:ring,mpi --check --no-progress --json "$WORK/pccl-bench-w2-host.json"
-fi
-
-# -- 5c. host staging of CUDA tensors (issue 32 item 5): correctness and stream order --------------------------
+# -- 3. host staging of CUDA tensors (issue 32 item 5): correctness and stream order --------------------------
 # Two emulated nodes of one rank: every native collective and point-to-point call of the three MPI levels on CUDA
 # tensors through pinned, chunked staging (64-byte chunks: many per message), inputs written late behind a slow
 # kernel, a caller on a stream of its own; then the public collectives (ring, mpi) on CUDA. Its speed is the
@@ -363,9 +372,84 @@ else
         -p no:cacheprovider -rs
 fi
 
-# -- 5a. the GPT examples on CUDA: DDP, FSDP2, DeepSpeed ZeRO-3, each with torch's NCCL and with pccl ---------
+# -- 4. kernel tests, compiled on CUDA -----------------------------------------------------------------------
+if [ -n "$NO_GPU" ]; then
+    skip kernels "$NO_GPU"
+else
+    PYTEST=("$PY" -m pytest tests/kernels -q -p no:cacheprovider -rf --junitxml="$WORK/kernels.xml")
+    [ "$(jget xdist)" = "True" ] && PYTEST+=(-n 8)          # Triton compiles in parallel; one cache
+    [ "$(jget pytest_timeout)" = "True" ] && PYTEST+=(--timeout 300)
+    run_section kernels normal 90 kernels.log -- env -u TRITON_INTERPRET -u PCCL_KERNELS "${PYTEST[@]}"
+fi
+
+# -- 5. bench_kernels.py on CUDA: GB/s of each kernel beside copy_ --------------------------------------------
+# Per dtype (float32 in the default set, bfloat16 with GPU_CHECK_SET=all): reduce_2/8, permute (the tiled kernel),
+# rotate and the wire kernels (quantize, dequantize, dequantize_acc, split/merge_planes), Triton forced beside the
+# torch reference; the "auto" column (the dispatch table's pick, SLOWER when the other path won), "per-call cost"
+# (1-element buffers, 200 calls back to back), "dispatch check" and "proposed routes" (ROUTES rows from this run)
+# at the end. 2026-12-04: 8 s a dtype with 4 kernels; ~2.5x the rows now, and 6 more kernels to compile.
+bench() {  # dtype cap
+    run_section "bench-$1" normal "$2" bench.log -- "$PY" benchmarks/bench_kernels.py --device cuda \
+        -b 64K -e 256M -f 4 -n 20 -w 3 -d "$1" --json "$WORK/bench-$1.json"
+}
+if [ -n "$NO_GPU" ]; then skip bench-float32 "$NO_GPU"; else bench float32 75; fi
+
+# -- 6. CUDA tensors through the public API (mpiexec; every rank on the one GPU) ------------------------------
+api() {  # name kind cap ranks local_size pccl_algo names [env...]: one driver launch
+    local name=$1 kind=$2 cap=$3 n=$4 l=$5 algo=$6 names=$7
+    shift 7
+    local reason="${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+    if [ -n "$reason" ]; then skip "$name" "$reason"; return 0; fi
+    local envs=(PCCL_LOCAL_SIZE="$l" "$@")
+    [ -n "$algo" ] && envs+=(PCCL_ALGO="$algo")
+    local args=("${DRIVER[@]}" --json "$WORK/$name.json")
+    [ -n "$names" ] && args+=(--algorithms "$names")
+    run_section "$name" "$kind" "$cap" api.log -- "$MPIEXEC" -n "$n" env "${envs[@]}" "$PY" "${args[@]}"
+}
+# Flat family, mpi and hier-mpi:* (MPI inside the node): must pass. 4 ranks in the default set; 2 with the rest.
+api api-n4-L2 normal 120 4 2 "$FLAT_AUTO" "$SAFE_NAMES"
+
+# -- beyond the default set (GPU_CHECK_SET=all, or GPU_CHECK_ONLY): a second call -----------------------------
+api api-n2-L2 normal 120 2 2 "$FLAT_AUTO" "$SAFE_NAMES"
+if [ -n "$NO_GPU" ]; then skip bench-bfloat16 "$NO_GPU"; else bench bfloat16 60; fi
+# One rank: every name, vendor and hier:* included (NCCL communicators of one rank).
+api api-n1-all normal 75 1 1 "" ""
+# Two emulated nodes of one rank: hier:* with NCCL intra-node communicators of one rank each, MPI between.
+api api-n2-L1-nccl normal 75 2 1 "$FLAT_AUTO" "$NCCL_INTRA_NAMES"
+# (api-n2-L2-nccl, NCCL refusing two ranks of one GPU without NCCL_HOSTID, is gone: every launch of two ranks on
+# the GPU sets a NCCL_HOSTID per rank now, and plans-n4 runs the NCCL-inside plans on 2-rank NCCL communicators.)
+
+# -- pccl-bench on CUDA tensors (world 1 and 2) --------------------------------------------------------------
+if ! selected pccl-bench; then
+    for name in pccl-bench-w1 pccl-bench-w2 pccl-bench-w2-host; do skip "$name" "$(not_selected "$name")"; done
+elif [ -n "$NO_GPU$NO_MPI" ]; then
+    skip pccl-bench-w1 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+    skip pccl-bench-w2 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+    skip pccl-bench-w2-host "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+elif ! "$PY" -m pccl_torch.bench.cli --help 2>/dev/null | grep -q -- '--device'; then
+    gap="gap: pccl-bench has no --device option (pccl_torch/bench/cli.py:138 pc.init() without device; runner.py:68-72 CPU buffers), so the host-staging cost on CUDA is not measured"
+    skip pccl-bench-w1 "$gap"
+    skip pccl-bench-w2 "$gap"
+    skip pccl-bench-w2-host "$gap"
+else
+    # One rank (a singleton MPI world): pccl's every CUDA algorithm beside torch's NCCL.
+    run_section pccl-bench-w1 normal 60 bench.log -- "$PY" -m pccl_torch.bench.cli --device cuda \
+        -b 1K -e 64M -f 4 --iter-budget 256M --backends pccl,pccl:all,nccl --check --no-progress \
+        --json "$WORK/pccl-bench-w1.json"
+    # Two ranks on the one GPU (NCCL_HOSTID a rank), then the same sizes on host tensors: what host staging costs
+    # (issue 32: staged <= 1.3x the host time from 16 MiB).
+    run_section pccl-bench-w2 normal 120 bench.log -- "$MPIEXEC" -n 2 "${NCCL_TWO_HOSTS[@]}" \
+        "$PY" -m pccl_torch.bench.cli --device cuda -b 1K -e 64M -f 4 --iter-budget 256M \
+        --backends pccl,pccl:mpi,pccl:ring,nccl --check --no-progress --json "$WORK/pccl-bench-w2.json"
+    run_section pccl-bench-w2-host normal 90 bench.log -- "$MPIEXEC" -n 2 \
+        "$PY" -m pccl_torch.bench.cli -b 1K -e 64M -f 4 --iter-budget 256M \
+        --backends pccl,pccl:mpi,pccl:ring,mpi --check --no-progress --json "$WORK/pccl-bench-w2-host.json"
+fi
+
+# -- the GPT examples on CUDA under mpiexec: DDP, FSDP2, DeepSpeed ZeRO-3, each with torch's NCCL and with pccl ---
 # Two ranks on the one GPU (NCCL_HOSTID a rank); the same seed, so the losses of the two backends should agree
-# (compare gpt-cuda-*.json: summary.final_train_loss, summary.step_ms).
+# (compare gpt-cuda-*.json: summary.final_train_loss, summary.step_ms). The torchrun-* launches above judge the
+# same comparison (DDP, FSDP2) in the default set.
 for fw in ddp fsdp deepspeed; do
     for comm in nccl pccl; do
         if [ -n "$NO_GPU$NO_MPI" ]; then
@@ -380,7 +464,7 @@ for fw in ddp fsdp deepspeed; do
     done
 done
 
-# -- 5b. the mixture-of-experts GPT on CUDA (uneven all-to-alls through the pccl backend), 2 emulated nodes ----
+# -- the mixture-of-experts GPT on CUDA (uneven all-to-alls through the pccl backend), 2 emulated nodes --------
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip moe-cuda "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 else
@@ -389,9 +473,8 @@ else
         --json "$WORK/moe-cuda.json"
 fi
 
-# -- 6. experimental, last: NCCL with two ranks on one GPU made to look like two hosts ------------------------
-# NCCL_HOSTID per rank defeats the duplicate-GPU check; NCCL then joins the ranks over its socket transport.
-# Not counted in the verdict; when it passes, the hier:* and vendor paths ran with 2-rank NCCL communicators.
+# -- experimental, last: vendor and hier:* on 2-rank NCCL communicators of one node (NCCL_HOSTID per rank) ------
+# Not counted in the verdict (plans-n4 counts the networked ones).
 if [ -n "$NO_GPU$NO_MPI" ]; then
     skip api-n2-L2-nccl-hostid "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
 else
