@@ -16,7 +16,8 @@ export PYTHONWARNINGS ?= ignore::FutureWarning
 
 install: $(STAMP) hotpath
 
-# The compiled hot path (pccl_torch/hotpath/_hotpath.cpp, ~15 s; rebuilt only when its source is newer).
+# The compiled hot path (pccl_torch/hotpath/_hotpath.cpp, ~15 s), built ahead into the per-environment cache that the
+# first `import pccl_torch` fills too (the same route: pccl_torch/hotpath/_builder.py; rebuilt when its source changes).
 hotpath: $(STAMP)
 	$(PY) -m pccl_torch.hotpath.build
 

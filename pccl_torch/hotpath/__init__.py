@@ -12,24 +12,45 @@ keywords, a shape on another plan, a broken communicator, queued async calls) go
 unchanged, which validates, chooses, binds and raises as before; so does every call where the extension is not
 built or not usable (``why_not`` says why): the Python path is the reference, the extension only a shortcut.
 
-The extension is built by ``python -m pccl_torch.hotpath.build`` (``make install`` runs it); ``PCCL_HOTPATH=off``
+The extension is compiled at the first ``import pccl_torch`` of an environment and cached per node, or ahead of time
+by ``python -m pccl_torch.hotpath.build`` (``make install`` runs it; ``_builder.py`` says how); ``PCCL_HOTPATH=off``
 turns it off. It is used only with the MPICH it was built against (its handles are compiled in): with another
-MPI (the ULFM Open MPI of the fault trials) the Python path runs.
+MPI (the ULFM Open MPI of the fault trials) the Python path runs. Wherever it cannot be used, importing logs one
+warning naming why.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from mpi4py import MPI
 
 from pccl_torch import environment
+from pccl_torch.hotpath import _builder
+
+log = logging.getLogger(__name__)
 
 HOTPATH_ENV = "PCCL_HOTPATH"
 """``on`` (default) or ``off``."""
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """The collectives the extension runs, by its kind number."""
+
+
+def _import(path: Any) -> ModuleType:
+    """The extension module at ``path`` (in the build cache, not in this package: loaded by file name)."""
+    name = f"{__name__}._hotpath"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"not an extension module: {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
 
 
 def _load() -> tuple[Any, str | None]:
@@ -40,17 +61,19 @@ def _load() -> tuple[Any, str | None]:
     if setting == "off":
         return None, f"{HOTPATH_ENV}=off"
     library = MPI.Get_library_version()
-    if not library.startswith("MPICH"):  # importing it would load MPICH's libmpi beside another MPI
-        return None, f"mpi4py runs {library.split(chr(10))[0].strip()}, the extension is built for MPICH"
+    path = None
     try:
-        from pccl_torch.hotpath import _hotpath
+        path = _builder.ensure(library)
+        _hotpath = _import(path)
+    except _builder.BuildError as exc:
+        return None, str(exc)
     except ImportError as exc:
-        return None, f"not built ({exc}; python -m pccl_torch.hotpath.build)"
+        return None, f"cannot load {path}: {exc}"
     abi = _hotpath.abi()
     sizes = {"comm": MPI.Comm, "request": MPI.Request, "datatype": MPI.Datatype, "op": MPI.Op}
     if any(abi[name] != MPI._sizeof(kind) for name, kind in sizes.items()):
         return None, f"built for other MPI handle sizes ({abi})"
-    version = library.split("Version:", 1)[-1].split()[0] if "Version:" in library else ""
+    version = _builder.mpich_version(library)
     if version != abi["library"]:
         return None, f"built against MPICH {abi['library']}, mpi4py runs MPICH {version or '?'}"
     return _hotpath, None
@@ -59,6 +82,9 @@ def _load() -> tuple[Any, str | None]:
 _ext, why_not = _load()
 available = _ext is not None
 """Whether calls of bound shapes run in the extension (else ``why_not`` says why they do not)."""
+if _ext is None and why_not != f"{HOTPATH_ENV}=off":
+    log.warning("pccl: the compiled hot path is off: %s; small collectives run through the Python layers",
+                why_not.splitlines()[0] if why_not else "?")
 
 
 def handle(obj: Any) -> int:
