@@ -6,7 +6,6 @@ hundreds of times slower; the kernel tests opt in with ``use_backend("triton")``
 """
 
 import os
-from pathlib import Path
 
 import torch
 
@@ -15,21 +14,16 @@ if not torch.cuda.is_available():
 os.environ.setdefault("PCCL_KERNELS", "torch")
 
 # Shared-memory segments a killed rank leaves behind: DeepSpeed's CPU backend (66 MB a rank; its name prefix is
-# integrations.deepspeed.SHM_PREFIX, not imported here: see above) and MPICH's (4 MB a node; the fault tests kill ranks).
-_SHM_GLOBS = ("deepspeed_allreduce_buffer_*", "mpich_shm_*")
-_shm_before: set[str] = set()
-
-
-def _segments() -> list[Path]:
-    return [path for pattern in _SHM_GLOBS for path in Path("/dev/shm").glob(pattern)]
-
-
-def pytest_sessionstart(session) -> None:
-    _shm_before.update(path.name for path in _segments())
+# integrations.deepspeed.SHM_PREFIX, not imported here: see above) and the MPI libraries' (MPICH's 4 MB a node; Open
+# MPI's of the fault trials; pccl_torch.testbed.launch.MPI_SEGMENTS, imported only at the end): the fault tests kill
+# ranks.
+_DEEPSPEED_SEGMENTS = ("deepspeed_allreduce_buffer_*",)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    """Unlink the segments this session's runs left in /dev/shm: the kernel keeps them until then."""
-    for path in _segments():
-        if path.name not in _shm_before:
-            path.unlink(missing_ok=True)
+    """Unlink the segments left in /dev/shm that no live process maps or holds open (the kernel keeps them until
+    then): this session's killed ranks' and any earlier run's. Another job's, running beside this session, is in
+    use and stays."""
+    from pccl_torch.testbed.launch import MPI_SEGMENTS, release_segments
+
+    release_segments((*_DEEPSPEED_SEGMENTS, *MPI_SEGMENTS))

@@ -21,12 +21,12 @@ import argparse
 import functools
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
+from pccl_torch.testbed import launch
 from pccl_torch.testbed.net import TestbedError
 from pccl_torch.topology import TopologyError
 from pccl_torch.units import (UsageError, check_size_range, parse_size, run_command, size_argument, size_range,
@@ -103,16 +103,13 @@ def relaunch(args: argparse.Namespace, argv: list[str]) -> int:
     env.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     program = [sys.executable, "-m", "pccl_torch.bench.cli", *ranks_argv(argv, testbed=bool(args.testbed))]
     if args.testbed:
-        from pccl_torch.testbed import launch
-
         config = launch.require(args.testbed)
         command = launch.mpiexec_command(config, program, nprocs=args.nprocs, per_node=args.local_size,
                                          mpiexec=launcher)
-        return subprocess.run(command, env=launch.run_environment(config, env)).returncode
+        return launch.run_released(command, launch.run_environment(config, env))
     if args.local_size:
         env["PCCL_LOCAL_SIZE"] = str(args.local_size)
-    command = [launcher, "-n", str(args.nprocs), *program]
-    return subprocess.run(command, env=env).returncode
+    return launch.run_released([launcher, "-n", str(args.nprocs), *program], env)
 
 
 def main(argv: list[str] | None = None) -> int:

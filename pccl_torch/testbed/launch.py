@@ -19,13 +19,19 @@ link (``MASTER_ADDR``, ``GLOO_SOCKET_IFNAME``).
 :func:`torchrun_commands` launches as a multi-node torchrun job does instead: one ``torchrun --nnodes N`` in
 each namespace, meeting at the c10d rendezvous on node 0's address; pccl then finds the nodes from torchrun's
 ``GROUP_RANK`` and runs its levels over gloo groups (``pccl_torch.launcher``).
+
+:func:`run_released` runs a launch and then unlinks the MPI libraries' shared-memory files it left in
+``/dev/shm`` (ranks killed before their library unlinked them); ``pccl-bench -np`` launches through it.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from pccl_torch.testbed.net import NODE_IFACE, TestbedConfig, TestbedError, ip_path, load_config
@@ -145,3 +151,67 @@ def require(prefix: str) -> TestbedConfig:
     if config is None:
         raise TestbedError(f"testbed {prefix} is not up: pccl-testbed up --prefix {prefix} --nodes N --rate R")
     return config
+
+
+SHM_DIR = Path("/dev/shm")
+MPI_SEGMENTS = ("mpich_shm_*", "sm_segment.*", "vader_segment.*")
+"""Names of the files in ``/dev/shm`` of the MPI libraries' shared-memory transports: MPICH's (4 MB a node) and
+Open MPI 5's and 4's. The library unlinks them once every rank of the node has mapped them; a rank killed before
+(a fault trial, a timeout, a crash at start) leaves them there until the machine reboots."""
+
+
+def shm_in_use() -> set[str]:
+    """Names of the ``/dev/shm`` files that a live process maps or holds open (as ``/proc`` shows them: every
+    process of this user, every process for root)."""
+    used = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            paths = [line.split(maxsplit=5)[-1] for line in (proc / "maps").read_text().splitlines()
+                     if "/dev/shm/" in line]
+            paths += [os.readlink(fd) for fd in (proc / "fd").iterdir()]
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        used.update(path.removeprefix(f"{SHM_DIR}/").removesuffix(" (deleted)") for path in paths
+                    if path.startswith(f"{SHM_DIR}/"))
+    return used
+
+
+def shm_segments(patterns: Sequence[str] = MPI_SEGMENTS) -> set[str]:
+    """Names of the files in ``/dev/shm`` that match one of ``patterns``."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return set()
+    return {name for name in names if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)}
+
+
+def release_segments(patterns: Sequence[str] = MPI_SEGMENTS, *, among: Collection[str] | None = None) -> list[str]:
+    """Unlink the ``/dev/shm`` files matching ``patterns`` (and in ``among``, when given) that no live process
+    maps or holds open: what killed ranks left. A file in use is never touched, so another job's, starting or
+    running beside this one, keeps its segment: MPI always holds its file open or mapped until it unlinks it.
+    Returns the names unlinked."""
+    candidates = shm_segments(patterns)
+    if among is not None:
+        candidates &= set(among)
+    if not candidates:
+        return []
+    released = []
+    for name in sorted(candidates - shm_in_use()):
+        try:
+            (SHM_DIR / name).unlink()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        released.append(name)
+    return released
+
+
+def run_released(command: Sequence[str], env: dict[str, str] | None = None) -> int:
+    """Run ``command`` (a launch: ``mpiexec ...``) to its end; then unlink the MPI segments that appeared in
+    ``/dev/shm`` meanwhile and no process uses any more (:func:`release_segments`). Its exit status."""
+    before = shm_segments()
+    try:
+        return subprocess.run(list(command), env=env).returncode
+    finally:
+        release_segments(among=shm_segments() - before)
