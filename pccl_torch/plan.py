@@ -171,7 +171,7 @@ class Plan:
         tensors). The pipelined schedules stage a call once for both levels (``pipelined.staged``), so where the
         inter-node level needs host memory (MPI without CUDA support) and the intra-node one cannot take it
         (NCCL), the call runs MPI inside the node as well, as ``hier-mpi:pipelined`` does; pccl's own choice never
-        picks a pipeline there (``heuristic.cuda_keeps_intra_on_device``)."""
+        picks a pipeline there (``cuda_rule.cuda_keeps_intra_on_device``)."""
         intra = levels.intra_level(self.intra)
         if data.is_cuda and levels.inter.host_memory_only and not intra.host_capable:
             return levels.intra_level("mpi")

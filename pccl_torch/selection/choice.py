@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pccl_torch.selection import heuristic, links, tuning
+from pccl_torch.selection import cuda_rule, heuristic, links, tuning
 from pccl_torch.algorithms import Collective
 from pccl_torch.communicator import Communicator
 from pccl_torch.compression import config as compression_config
@@ -110,7 +110,7 @@ class Choice:
         valid = names_for(collective, comm.device.type)
         pool = [n for n in tuning.POOL if n in valid and n != chosen and (topo.is_hierarchical or ":" not in n)]
         if comm.device.type == "cuda" and topo.is_hierarchical:  # never a candidate that stages a node's bytes
-            pool = [n for n in pool if heuristic.cuda_keeps_intra_on_device(n, topo.local_size,
+            pool = [n for n in pool if cuda_rule.cuda_keeps_intra_on_device(n, topo.local_size,
                                                                            not comm.inter.host_memory_only)]
         machine = self.selector.machine_profile(self.links) if self.selector is not None else None
         if machine is None or not pool:
@@ -125,7 +125,7 @@ class Choice:
     def _decide(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
                 dtype: torch.dtype) -> Plan:
         """The plan of a call shape not yet decided: the name given (``algorithm=``, ``PCCL_ALGO``), else pccl's
-        choice for the layout and device (CUDA tensors across a network: ``heuristic.cuda_networked_choice``, and a
+        choice for the layout and device (CUDA tensors across a network: ``cuda_rule.cuda_networked_choice``, and a
         learned choice only where it keeps NCCL inside the node); a hierarchical plan's intra-node library is
         checked against the device here, before any communication."""
         topo = comm.topology
@@ -142,9 +142,9 @@ class Choice:
             pipelines = not comm.inter.host_memory_only
             if self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links):
                 name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, "cuda", self.links)
-                if not heuristic.cuda_keeps_intra_on_device(name, topo.local_size, pipelines):
+                if not cuda_rule.cuda_keeps_intra_on_device(name, topo.local_size, pipelines):
                     name = None
-            name = name or heuristic.cuda_networked_choice(collective, nbytes, topo.num_nodes, topo.local_size,
+            name = name or cuda_rule.cuda_networked_choice(collective, nbytes, topo.num_nodes, topo.local_size,
                                                             pipelines)
         if not name and topo.networked and topo.is_hierarchical and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
@@ -161,7 +161,7 @@ class Choice:
             # yet): the chunk count comes from the fixed chunk size, not from them. CUDA tensors across a network
             # are cut as the GPU model of their choice predicts best (the fixed size was measured on CPUs: 32 chunks
             # of a 256 MiB call, where the model's best is 4, take it to 0.5-0.7x of NCCL's time, by the model).
-            gpu = heuristic.cuda_machine() if comm.device.type == "cuda" and topo.networked else None
+            gpu = cuda_rule.cuda_machine() if comm.device.type == "cuda" and topo.networked else None
             chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, gpu, plan.name)
             # One chunk has nothing to overlap: its unpipelined form (the same levels, unchunked) runs it.
             plan = dataclasses.replace(resolve(collective, HIER_PREFIX + "mpi") if chunks == 1 and not named

@@ -208,10 +208,10 @@ def _sweep(args: argparse.Namespace) -> None:
 
 def format_cuda_choice(profile: MachineProfile, collective: str, local: int, nodes: list[int],
                        sizes: list[int]) -> str:
-    """pccl's choice for CUDA tensors (``heuristic.cuda_rule``) over ``nodes`` x ``sizes`` at ``local`` GPUs a node:
+    """pccl's choice for CUDA tensors (``cuda_rule.cuda_rule``) over ``nodes`` x ``sizes`` at ``local`` GPUs a node:
     each cell the chosen hierarchical schedule and its predicted speed-up over NCCL's own collective, or ``nccl``
     and the best hierarchical one's (below the margin)."""
-    from pccl_torch.selection.heuristic import CUDA_HIER_MARGIN, cuda_rule
+    from pccl_torch.selection.cuda_rule import CUDA_HIER_MARGIN, cuda_rule
 
     rows = []
     for n in nodes:

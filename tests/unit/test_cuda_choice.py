@@ -15,7 +15,7 @@ import torch
 
 from pccl_torch import plan as plan_module
 from pccl_torch.plan import Plan, names_for, resolve
-from pccl_torch.selection import Choice, heuristic
+from pccl_torch.selection import Choice, cuda_rule, heuristic
 from pccl_torch.sim import costs
 from pccl_torch.sim.machine import MachineProfile, load
 from pccl_torch.sim.pipeline import predict_as_run
@@ -75,35 +75,35 @@ def test_cuda_choice_keeps_nccl_inside_and_beats_nccl_by_the_margin(collective, 
             check_keeps_nccl_inside(plan, comm)
             if plan.hierarchical:
                 hierarchical += 1
-                machine = heuristic.cuda_machine()
+                machine = cuda_rule.cuda_machine()
                 assert machine is not None and machine.device == "cuda"
                 vendor = costs.predict(collective, "vendor", nbytes, nodes, local, machine)
                 mine = predict_as_run(collective, plan.name, nbytes, nodes, local, machine, plan.chunks)
-                assert vendor >= heuristic.CUDA_HIER_MARGIN * mine, (plan, nodes, nbytes, vendor / mine)
+                assert vendor >= cuda_rule.CUDA_HIER_MARGIN * mine, (plan, nodes, nbytes, vendor / mine)
     assert hierarchical, "the model predicts the hierarchy >= 1.2x somewhere on every layout"
 
 
 def test_cuda_rule_takes_the_hierarchy_wherever_the_model_gives_the_margin() -> None:
     """The rule is the model's own: NCCL's where no hierarchical candidate reaches the margin, the best candidate
     where one does (so the guard above is not met by never choosing a hierarchy)."""
-    machine = heuristic.cuda_machine()
+    machine = cuda_rule.cuda_machine()
     for collective in COLLECTIVES:
-        candidates = heuristic.cuda_candidates(collective)
+        candidates = cuda_rule.cuda_candidates(collective)
         for nodes, local, nbytes in ((2, 8, 1 << 10), (3, 4, 1 << 20), (64, 8, 64 << 20), (512, 4, 1 << 30)):
             name, seconds = costs.best(collective, nbytes, nodes, local, machine, candidates)
             speedup = costs.predict(collective, "vendor", nbytes, nodes, local, machine) / seconds
-            expected = name if speedup >= heuristic.CUDA_HIER_MARGIN else "vendor"
-            assert heuristic.cuda_networked_choice(collective, nbytes, nodes, local) == expected
+            expected = name if speedup >= cuda_rule.CUDA_HIER_MARGIN else "vendor"
+            assert cuda_rule.cuda_networked_choice(collective, nbytes, nodes, local) == expected
 
 
 def test_pipelines_only_where_nccl_can_run_inside_them() -> None:
     """A pipelined schedule stages the whole call once for both levels: with MPI in host memory between nodes its
     NCCL phase would get host tensors, so the rule leaves pipelines out there (and takes them under torchrun)."""
-    assert "hier:pipelined" not in heuristic.cuda_candidates("all_gather", pipelined=False)
+    assert "hier:pipelined" not in cuda_rule.cuda_candidates("all_gather", pipelined=False)
     choice = Choice(overrides={})
     torchrun = choice.plan(cuda_comm(2, 8, staged_inter=False), "all_reduce", None, 1 << 30, torch.float32)
     assert torchrun.name == "hier:pipelined" and torchrun.intra is None
-    assert torchrun.chunks == costs.best_chunks("all_reduce", 1 << 30, 2, 8, heuristic.cuda_machine())  # not 32
+    assert torchrun.chunks == costs.best_chunks("all_reduce", 1 << 30, 2, 8, cuda_rule.cuda_machine())  # not 32
     mpiexec = Choice(overrides={}).plan(cuda_comm(2, 8, staged_inter=True), "all_reduce", None, 1 << 30,
                                         torch.float32)
     assert not mpiexec.pipelined
@@ -129,12 +129,12 @@ def test_a_learned_choice_on_cuda_never_stages_intra_node_bytes(ranking, staged_
     comm = cuda_comm(4, 4, staged_inter=staged_inter)
     plan = choice.plan(comm, "all_gather", None, 64 << 20, torch.float32)
     check_keeps_nccl_inside(plan, comm)
-    rule = heuristic.cuda_networked_choice("all_gather", 64 << 20, 4, 4, not staged_inter)
+    rule = cuda_rule.cuda_networked_choice("all_gather", 64 << 20, 4, 4, not staged_inter)
     assert plan.name == (expected or rule)
 
 
 def test_keeps_intra_on_device() -> None:
-    keeps = heuristic.cuda_keeps_intra_on_device
+    keeps = cuda_rule.cuda_keeps_intra_on_device
     assert keeps("vendor", 8) and keeps("hier:ring", 8) and keeps("hier-nccl:ring", 8) and keeps("hier:mpi", 8)
     assert not keeps("mpi", 8) and not keeps("ring", 8) and not keeps("hier-mpi:ring", 8)
     assert keeps("mpi", 1) and keeps("ring", 1)  # one GPU a node: no intra-node bytes to stage
@@ -225,4 +225,4 @@ def test_online_tuning_never_tries_a_plan_that_stages_a_nodes_bytes(staged_inter
         candidates = Choice(overrides={})._alternatives(comm, collective, "vendor", 1 << 20)
         assert candidates, collective
         for name in candidates:
-            assert heuristic.cuda_keeps_intra_on_device(name, 8, not staged_inter), (collective, name)
+            assert cuda_rule.cuda_keeps_intra_on_device(name, 8, not staged_inter), (collective, name)
