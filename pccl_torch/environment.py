@@ -119,7 +119,8 @@ VARIABLES: tuple[Variable, ...] = (
              "gpus.md"),
     Variable("PCCL_HOTPATH", "`on`, `off`", "`on`", "`import pccl_torch`",
              "`off` runs every call through the Python layers instead of the compiled hot path (a bound shape's "
-             "later calls in C++; used only where it is built, `python -m pccl_torch.hotpath.build`).",
+             "later calls in C++, compiled at the first import into a per-environment cache; "
+             "`python -m pccl_torch.hotpath.build` builds it ahead).",
              "architecture.md"),
     Variable("PCCL_MACHINES_DIR", "a directory", "unset", "`pccl-sim` / cost model",
              "Extra directory searched first for machine profiles (`NAME.yaml`).", "algorithms.md"),
