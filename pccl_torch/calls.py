@@ -23,7 +23,9 @@ from time import perf_counter
 from typing import NamedTuple
 
 import torch
+from torch.autograd import profiler as torch_profiler
 
+from pccl_torch import profiling
 from pccl_torch.algorithms import Blocks
 from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction
@@ -63,8 +65,8 @@ def host_driven(comm, plan: Plan) -> bool:
 class BoundCall:
     """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
 
-    __slots__ = ("comm", "plan", "body", "nbytes", "block", "offset", "entry", "async_op", "signature", "on_cuda",
-                 "host_driven", "__weakref__")
+    __slots__ = ("comm", "plan", "body", "nbytes", "dtype", "block", "offset", "entry", "async_op", "signature",
+                 "on_cuda", "host_driven", "__weakref__")
 
     def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
         self.comm = comm
@@ -72,6 +74,7 @@ class BoundCall:
         self.body = body
         self.nbytes = nbytes
         """The caller's buffer bytes a call moves (what ``stats()`` counts): the full buffer."""
+        self.dtype = signature.dtype
         self.block = nbytes // comm.topology.world_size
         """Bytes of one rank's block of the full buffer."""
         self.offset = comm.topology.rank * self.block
@@ -90,7 +93,8 @@ class BoundCall:
         """Number the call, then run it now (blocking: after the queued async calls) or queue it (``async_op``).
 
         The blocking success path allocates nothing: where ranks share cores every microsecond here is paid
-        several times over by the ranks that wait for this one."""
+        several times over by the ranks that wait for this one. While a torch profiler records, the call runs
+        inside its ranges (``run``; ``pccl_torch.profiling``), on whichever thread runs it."""
         comm = self.comm
         if comm.broken is not None:
             raise CommunicatorBrokenError(
@@ -100,11 +104,12 @@ class BoundCall:
         if self.on_cuda:
             return self._issue_on_cuda(sequence, a, b)
         if self.async_op:
-            return Work(executor.submit(functools.partial(self.run, sequence, a, b)), self.plan.collective,
-                        self.plan.name)
+            work = functools.partial(self.run, sequence, a, b)
+            return Work(executor.submit(profiling.carried(work) if torch_profiler._is_profiler_enabled else work),
+                        self.plan.collective, self.plan.name)
         if executor._last is not None:
             executor.drain()
-        if self.signature is not None:
+        if self.signature is not None or torch_profiler._is_profiler_enabled:
             self.run(sequence, a, b)
             return None
         start = perf_counter()  # the plain blocking call, inlined: a Python call less than run()
@@ -122,8 +127,10 @@ class BoundCall:
         """Enqueue the call in the group's stream order and return (ProcessGroupNCCL's contract): a blocking call
         is an async one whose Work the caller's current stream waits for at once. A call the caller's thread
         enqueues (device levels only) that failed raises here, as a blocking CPU call does."""
-        future, end, gated = self.comm.executor.issue(functools.partial(self.run, sequence, a, b),
-                                                      host_driven=self.host_driven,
+        work = functools.partial(self.run, sequence, a, b)
+        if torch_profiler._is_profiler_enabled:
+            work = profiling.carried(work)
+        future, end, gated = self.comm.executor.issue(work, host_driven=self.host_driven,
                                                       tensors=(a, b if isinstance(b, torch.Tensor) else
                                                                getattr(b, "input", None)))
         if future.done() and future.exception() is not None and not self.async_op:
@@ -136,7 +143,15 @@ class BoundCall:
 
     def run(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         """Run call ``sequence``: agree on its signature (checking on), time and count it (what ``__call__`` does
-        inline for a plain blocking call)."""
+        inline for a plain blocking call); inside its profiler ranges while a torch profiler records."""
+        if torch_profiler._is_profiler_enabled:
+            topology = self.comm.topology
+            with profiling.call_ranges(self.plan.collective, self.dtype, self.nbytes, self.plan.name,
+                                       topology.world_size, topology.rank, sequence, self.async_op):
+                return self._run(sequence, a, b)
+        return self._run(sequence, a, b)
+
+    def _run(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         comm, plan = self.comm, self.plan
         try:
             if self.signature is not None:

@@ -11,6 +11,9 @@ P = N nodes x L ranks; global rank = node * L + local rank; n = elements per ran
   message, what its node holds for that node's local rank k, and receives straight into the output (the
   blocks arrive in source-rank order). Each rank sends N-1 messages across the network instead of P-1. With
   uneven blocks the node's ranks first all-gather their send counts (P integers each, inside the node).
+
+While a torch profiler records, each phase is a range nested in the call's (``pccl_torch.profiling.phase``):
+``pccl:pack``, ``pccl:intra:<collective>``, ``pccl:inter:<collective>``, ``pccl:unpack``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from pccl_torch import scratch
 from pccl_torch.algorithms._layout import Blocks, transpose_blocks
 from pccl_torch.ops import ReduceOp
+from pccl_torch.profiling import phase
 from pccl_torch.transport.base import Transport
 from pccl_torch.triton_kernels import permute_blocks
 
@@ -30,20 +34,26 @@ def all_gather(intra: Transport, inter: Transport, inter_all_gather: Callable[..
                out: torch.Tensor, inp: torch.Tensor) -> None:
     nodes, local, n = inter.size, intra.size, inp.numel()
     from_nodes = scratch.empty("hierarchical.all_gather.from_nodes", nodes * n, inp.dtype, inp.device)
-    inter_all_gather(inter, from_nodes, inp, Blocks.even(nodes, n))
+    with phase("pccl:inter:all_gather", from_nodes, inter):
+        inter_all_gather(inter, from_nodes, inp, Blocks.even(nodes, n))
     by_local_rank = scratch.empty("hierarchical.all_gather.by_local_rank", local * nodes * n, inp.dtype, inp.device)
-    intra.native_all_gather(by_local_rank, from_nodes)
-    permute_blocks(by_local_rank, out, local, nodes, n)
+    with phase("pccl:intra:all_gather", by_local_rank, intra):
+        intra.native_all_gather(by_local_rank, from_nodes)
+    with phase("pccl:unpack", out):
+        permute_blocks(by_local_rank, out, local, nodes, n)
 
 
 def reduce_scatter(intra: Transport, inter: Transport, inter_reduce_scatter: Callable[..., None],
                    inp: torch.Tensor, out: torch.Tensor, op: ReduceOp) -> None:
     nodes, local, n = inter.size, intra.size, out.numel()
     packed = scratch.empty_like("hierarchical.reduce_scatter.packed", inp)
-    permute_blocks(inp, packed, nodes, local, n)
+    with phase("pccl:pack", inp):
+        permute_blocks(inp, packed, nodes, local, n)
     node_partial = scratch.empty("hierarchical.reduce_scatter.node_partial", nodes * n, inp.dtype, inp.device)
-    intra.native_reduce_scatter(node_partial, packed, op)
-    inter_reduce_scatter(inter, node_partial, out, Blocks.even(nodes, n), op)
+    with phase("pccl:intra:reduce_scatter", packed, intra):
+        intra.native_reduce_scatter(node_partial, packed, op)
+    with phase("pccl:inter:reduce_scatter", node_partial, inter):
+        inter_reduce_scatter(inter, node_partial, out, Blocks.even(nodes, n), op)
 
 
 def all_reduce(intra: Transport, inter: Transport, inter_all_reduce: Callable[..., None],
@@ -54,14 +64,19 @@ def all_reduce(intra: Transport, inter: Transport, inter_all_reduce: Callable[..
         padded = buf
     else:  # the vendor reduce-scatter wants equal shards; the padding is discarded
         padded = scratch.empty("hierarchical.all_reduce.padded", shard_len * local, buf.dtype, buf.device)
-        padded[:n].copy_(buf)
-        padded[n:].zero_()
+        with phase("pccl:pack", padded):
+            padded[:n].copy_(buf)
+            padded[n:].zero_()
     shard = scratch.empty("hierarchical.all_reduce.shard", shard_len, buf.dtype, buf.device)
-    intra.native_reduce_scatter(shard, padded, op)
-    inter_all_reduce(inter, shard, op)
-    intra.native_all_gather(padded, shard)
+    with phase("pccl:intra:reduce_scatter", padded, intra):
+        intra.native_reduce_scatter(shard, padded, op)
+    with phase("pccl:inter:all_reduce", shard, inter):
+        inter_all_reduce(inter, shard, op)
+    with phase("pccl:intra:all_gather", padded, intra):
+        intra.native_all_gather(padded, shard)
     if padded is not buf:
-        buf.copy_(padded[:n])
+        with phase("pccl:unpack", buf):
+            buf.copy_(padded[:n])
 
 
 def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..., None], out: torch.Tensor,
@@ -69,21 +84,26 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
     """``even``: every rank of the call sends equal blocks (the node's send counts need no exchange)."""
     nodes, local, k = inter.size, intra.size, intra.rank
     if local == 1:
-        inter_all_to_all(inter, out, inp, send, recv)
+        with phase("pccl:inter:all_to_all", inp, inter):
+            inter_all_to_all(inter, out, inp, send, recv)
         return
     counts = _node_send_counts(intra, send, even, inp.device)  # [l][m * local + j]: local rank l's for (m, j)
     mine = [[send.counts[m * local + j] for j in range(local)] for m in range(nodes)]
     packed = scratch.empty_like("hierarchical.all_to_all.packed", inp)
-    transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
+    with phase("pccl:pack", inp):
+        transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
     held = [[counts[l][m * local + k] for m in range(nodes)] for l in range(local)]  # from local rank l, for node m
     gathered = scratch.empty("hierarchical.all_to_all.gathered", sum(map(sum, held)), inp.dtype, inp.device)
-    intra.native_all_to_all(gathered, packed, [sum(mine[m][j] for m in range(nodes)) for j in range(local)],
-                            [sum(row) for row in held])
+    with phase("pccl:intra:all_to_all", packed, intra):
+        intra.native_all_to_all(gathered, packed, [sum(mine[m][j] for m in range(nodes)) for j in range(local)],
+                                [sum(row) for row in held])
     outgoing = scratch.empty_like("hierarchical.all_to_all.outgoing", gathered)
-    transpose_blocks(gathered, outgoing, held)  # (local rank, node) -> (node, local rank)
+    with phase("pccl:pack", gathered):
+        transpose_blocks(gathered, outgoing, held)  # (local rank, node) -> (node, local rank)
     to_nodes = Blocks.from_counts([sum(held[l][m] for l in range(local)) for m in range(nodes)])
     from_nodes = Blocks.from_counts([sum(recv.counts[m * local:(m + 1) * local]) for m in range(nodes)])
-    inter_all_to_all(inter, out, outgoing, to_nodes, from_nodes)
+    with phase("pccl:inter:all_to_all", outgoing, inter):
+        inter_all_to_all(inter, out, outgoing, to_nodes, from_nodes)
 
 
 def _node_send_counts(intra: Transport, send: Blocks, even: bool, device: torch.device) -> list[list[int]]:
@@ -93,5 +113,6 @@ def _node_send_counts(intra: Transport, send: Blocks, even: bool, device: torch.
         return [list(send.counts)] * intra.size
     mine = torch.tensor(send.counts, dtype=torch.int64, device=intra.control_device(device))
     table = torch.empty(intra.size * mine.numel(), dtype=torch.int64, device=mine.device)
-    intra.native_all_gather(table, mine)
+    with phase("pccl:intra:counts", table, intra):
+        intra.native_all_gather(table, mine)
     return table.view(intra.size, -1).tolist()

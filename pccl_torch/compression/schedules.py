@@ -32,6 +32,7 @@ import torch
 from pccl_torch.algorithms._layout import Blocks
 from pccl_torch.compression.formats import WireFormat, aligned
 from pccl_torch.ops import ReduceOp
+from pccl_torch.profiling import phase
 from pccl_torch.transport.base import COMPRESSED_ALL_TO_ALL, Transport
 from pccl_torch.transport.staging import chunk_bounds
 from pccl_torch.triton_kernels import QBLOCK, reduce_
@@ -286,7 +287,8 @@ def chunked_all_to_all(fmt: WireFormat, world: Transport, out: torch.Tensor, inp
 # Two-level forms for the fixed-size formats: the encoded bytes that crossed nodes are forwarded inside the
 # node as they are (L x fewer bytes there than decoded floats) and decoded once, straight into their final
 # place, which also replaces the unpack pass. The values are those of the inter-node schedules above
-# followed by an exact intra-node all-gather: the same bytes are decoded by the same code.
+# followed by an exact intra-node all-gather: the same bytes are decoded by the same code. While a torch profiler
+# records, their phases are ranges nested in the call's (pccl_torch.profiling.phase), as the exact forms' are.
 
 
 def decode_node_major(fmt: WireFormat, wires: torch.Tensor, width: int, local: int, nodes: int,
@@ -311,10 +313,15 @@ def hierarchical_all_gather(fmt: WireFormat, intra: Transport, inter: Transport,
     assert width is not None, "fixed-size formats only"
     if n == 0:
         return
-    from_nodes, _ = gather_wires(inter, fmt.encode(inp), width)
+    with phase("pccl:encode", inp):
+        wire = fmt.encode(inp)
+    with phase("pccl:inter:all_gather", wire, inter):
+        from_nodes, _ = gather_wires(inter, wire, width)
     everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=inp.device)
-    intra.native_all_gather(everyone, from_nodes)
-    decode_node_major(fmt, everyone, width, local, nodes, out, n, node_major_out=True)
+    with phase("pccl:intra:all_gather", everyone, intra):
+        intra.native_all_gather(everyone, from_nodes)
+    with phase("pccl:decode", out):
+        decode_node_major(fmt, everyone, width, local, nodes, out, n, node_major_out=True)
 
 
 def hierarchical_all_reduce(fmt: WireFormat, intra: Transport, inter: Transport, buf: torch.Tensor,
@@ -330,14 +337,23 @@ def hierarchical_all_reduce(fmt: WireFormat, intra: Transport, inter: Transport,
     total = sub * nodes * local
     padded = buf if total == n else torch.zeros(total, dtype=buf.dtype, device=buf.device)
     if padded is not buf:
-        padded[:n].copy_(buf)
+        with phase("pccl:pack", padded):
+            padded[:n].copy_(buf)
     shard = torch.empty(sub * nodes, dtype=buf.dtype, device=buf.device)
-    intra.native_reduce_scatter(shard, padded, op)
+    with phase("pccl:intra:reduce_scatter", padded, intra):
+        intra.native_reduce_scatter(shard, padded, op)
     piece = torch.empty(sub, dtype=buf.dtype, device=buf.device)
-    reduce_scatter(fmt, inter, shard, piece, Blocks.even(nodes, sub), op)
-    from_nodes, _ = gather_wires(inter, fmt.encode(piece), width)
+    with phase("pccl:inter:reduce_scatter", shard, inter):
+        reduce_scatter(fmt, inter, shard, piece, Blocks.even(nodes, sub), op)
+    with phase("pccl:encode", piece):
+        wire = fmt.encode(piece)
+    with phase("pccl:inter:all_gather", wire, inter):
+        from_nodes, _ = gather_wires(inter, wire, width)
     everyone = torch.empty(local * nodes * width, dtype=torch.uint8, device=buf.device)
-    intra.native_all_gather(everyone, from_nodes)
-    decode_node_major(fmt, everyone, width, local, nodes, padded, sub, node_major_out=False)
+    with phase("pccl:intra:all_gather", everyone, intra):
+        intra.native_all_gather(everyone, from_nodes)
+    with phase("pccl:decode", padded):
+        decode_node_major(fmt, everyone, width, local, nodes, padded, sub, node_major_out=False)
     if padded is not buf:
-        buf.copy_(padded[:n])
+        with phase("pccl:unpack", buf):
+            buf.copy_(padded[:n])

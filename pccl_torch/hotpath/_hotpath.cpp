@@ -7,6 +7,9 @@
 // other call, and every call this code is not sure of, goes to the Python implementation unchanged
 // (`fallback`), which validates, chooses, binds and raises as before. Python owns every MPI object (mpi4py's
 // communicators, datatypes, ops and persistent requests); this file only holds their handles.
+//
+// It also records pccl's profiler ranges (pccl_torch/profiling.py), its own calls' and, for the Python path,
+// those of every other call: `record_param_comms` and `pccl:<collective>`, with ATen's RecordFunction.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <mpi.h>
@@ -15,11 +18,26 @@
 #include <time.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include <ATen/record_function.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
+
+// torch's event of a collective's parameters (`record_param_comms`, what ProcessGroupNCCL records), with the
+// ParamCommsDebugInfo of the torch this was written against (2.13); with an older torch only pccl's own range.
+#if __has_include(<torch/headeronly/version.h>) && __has_include(<torch/csrc/distributed/c10d/ParamCommsUtils.hpp>)
+#include <torch/headeronly/version.h>
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+#include <torch/csrc/distributed/c10d/ParamCommsUtils.hpp>
+#define PCCL_PARAM_COMMS 1
+#endif
+#endif
 
 namespace {
 
@@ -246,6 +264,234 @@ PyGetSetDef Table_getset[] = {
 PySequenceMethods Table_as_sequence = {(lenfunc)Table_len};
 
 PyTypeObject TableType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ---------------------------------------------------------------------------------------------------- profiler
+
+// What a call's ranges say (pccl_torch/profiling.py): the collective, this rank's input and output elements (as
+// torch's In and Out msg nelems), the full buffer's bytes (what stats() counts), the plan, the group, the call's
+// number and whether it was issued async.
+struct CallInfo {
+  std::string collective;
+  at::ScalarType dtype;
+  std::string dtype_name;  // torch's Python name ("float32")
+  int64_t in_nelems, out_nelems, nbytes;
+  std::string algorithm;
+  int64_t group_size, rank, sequence;
+  bool async_op;
+  std::string group;  // record_param_comms' Process Group Name and Description
+};
+
+// A call's ranges while a profiler records, as ProcessGroupNCCL's calls show: `record_param_comms` (torch's
+// fields: Collective name, dtype, In/Out msg nelems, Group size, Rank, Seq; in every trace) and inside it
+// `pccl:<collective>`, whose keyword arguments (kept where the profiler records shapes) add the bytes and the
+// algorithm. Closed innermost first. With no profiler, opening costs one look at the callbacks of each scope.
+// As RECORD_PARAM_COMMS's scope does, the parameters (debug info) and inputs stay until record_param_comms ends:
+// the profiler reads them as it begins and as it ends.
+struct Ranges {
+  std::unique_ptr<c10::DebugInfoGuard> info;
+  std::vector<c10::IValue> inputs;
+  std::unique_ptr<at::RecordFunction> comms, range;
+
+  void open(const CallInfo& c) {
+#ifdef PCCL_PARAM_COMMS
+    if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION)) {
+      auto params = std::make_shared<torch::ParamCommsDebugInfo>(
+          std::make_tuple(c.group, c.group), (int)c.rank, std::string(c.collective), c.in_nelems, c.out_nelems,
+          c.dtype, std::vector<int64_t>(), std::vector<int64_t>(), 0, 1, (int)c.group_size, c.async_op);
+      params->setSequenceInfo(c.sequence, false);
+      info = std::make_unique<c10::DebugInfoGuard>(c10::DebugInfoKind::PARAM_COMMS_INFO, params);
+      comms = std::make_unique<at::RecordFunction>(std::move(*callbacks));
+      if (comms->needsInputs()) {  // RECORD_PARAM_COMMS's inputs
+        std::initializer_list<const c10::IValue> list = {
+            c10::IValue(std::make_tuple(c.sequence, false)), c10::IValue(std::make_tuple(c.group, c.group)),
+            c10::IValue(c.rank), c10::IValue(c.collective), c10::IValue(std::vector<int64_t>()),
+            c10::IValue(std::vector<int64_t>()), c10::IValue((int64_t)0), c10::IValue((int64_t)1),
+            c10::IValue(c.group_size), c10::IValue(c.async_op)};
+        inputs.assign(list.begin(), list.end());
+        comms->before(at::kParamCommsCallName,
+                      c10::ArrayRef<const c10::IValue>(inputs.data(), inputs.size()));
+      } else {
+        comms->before(at::kParamCommsCallName);
+      }
+    }
+#endif
+    if (auto callbacks = at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE)) {
+      range = std::make_unique<at::RecordFunction>(std::move(*callbacks));
+      std::string name = "pccl:" + c.collective;
+      if (range->needsInputs()) {
+        std::unordered_map<std::string, c10::IValue> kwargs{
+            {"collective", c.collective}, {"bytes", c.nbytes},       {"dtype", c.dtype_name},
+            {"algorithm", c.algorithm},   {"group_size", c.group_size}, {"rank", c.rank},
+            {"seq", c.sequence},          {"async_op", c.async_op}};
+        range->before(name, c10::ArrayRef<const c10::IValue>(), &kwargs);
+      } else {
+        range->before(name);
+      }
+    }
+  }
+
+  void close() {
+    range.reset();
+    comms.reset();
+    info.reset();
+    inputs.clear();
+  }
+
+  ~Ranges() { close(); }
+};
+
+// Whether a torch profiler records: torch's flag for fast checks (torch.autograd.profiler._is_profiler_enabled,
+// which the Python path reads too), one dictionary look-up, the one check a call pays when none records (about
+// 10 ns; asking RecordFunction for its callbacks costs twice that).
+PyObject* g_profiler_flags = nullptr;  // torch.autograd.profiler's __dict__ (nullptr: never profiled)
+PyObject* s_profiler_enabled = nullptr;
+
+inline bool profiled() {
+  return g_profiler_flags && PyDict_GetItemWithError(g_profiler_flags, s_profiler_enabled) == Py_True;
+}
+
+// Range(collective, dtype, in_nelems, out_nelems, nbytes, algorithm, group_size, rank, sequence, async_op, group):
+// a call's ranges for the Python path (pccl_torch.profiling), open between __enter__ and __exit__ (one thread).
+typedef struct {
+  PyObject_HEAD
+  CallInfo* info;
+  Ranges* ranges;
+} Range;
+
+PyObject* Range_new(PyTypeObject* type, PyObject* args, PyObject*) {
+  const char *collective, *algorithm, *group;
+  PyObject* dtype;
+  long long in_nelems, out_nelems, nbytes, group_size, rank, sequence;
+  int async_op;
+  if (!PyArg_ParseTuple(args, "sO!LLLsLLLps", &collective, &THPDtypeType, &dtype, &in_nelems, &out_nelems, &nbytes,
+                        &algorithm, &group_size, &rank, &sequence, &async_op, &group))
+    return nullptr;
+  Range* self = (Range*)type->tp_alloc(type, 0);
+  if (!self) return nullptr;
+  THPDtype* d = (THPDtype*)dtype;
+  self->info = new CallInfo{collective, d->scalar_type, d->name, in_nelems, out_nelems, nbytes, algorithm, group_size,
+                            rank, sequence, async_op != 0, group};
+  self->ranges = new Ranges();
+  return (PyObject*)self;
+}
+
+void Range_dealloc(Range* self) {
+  delete self->ranges;  // closes what is still open
+  delete self->info;
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+PyObject* Range_enter(Range* self, PyObject*) {
+  try {
+    self->ranges->close();
+    self->ranges->open(*self->info);
+  } catch (const std::exception& exc) {
+    self->ranges->close();
+    PyErr_SetString(PyExc_RuntimeError, exc.what());
+    return nullptr;
+  } catch (...) {
+    self->ranges->close();
+    PyErr_SetString(PyExc_RuntimeError, "a profiler callback failed opening pccl's ranges");
+    return nullptr;
+  }
+  Py_INCREF(self);
+  return (PyObject*)self;
+}
+
+PyObject* Range_exit(Range* self, PyObject*) {
+  try {
+    self->ranges->close();
+  } catch (...) {  // an observer's end callback: the call's own outcome stands
+  }
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef Range_methods[] = {
+    {"__enter__", (PyCFunction)Range_enter, METH_NOARGS, "Open the call's ranges."},
+    {"__exit__", (PyCFunction)Range_exit, METH_VARARGS, "Close them."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyTypeObject RangeType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ProfilerState(): the calling thread's profiler (its RecordFunction callbacks and debug info, which hold a
+// thread-local profiler's state), applied to the thread that enters it until it exits, as torch's own
+// at::launch carries them: a call run on the communicator's worker thread records into the caller's profile.
+struct ThreadProfiler {
+  std::shared_ptr<c10::ThreadLocalDebugInfo> debug_info = c10::ThreadLocalDebugInfo::current();
+  at::RecordFunctionTLS callbacks = at::get_record_function_tls_();
+
+  void apply() const {
+    c10::ThreadLocalDebugInfo::_forceCurrentDebugInfo(debug_info);
+    at::set_record_function_tls_(callbacks);
+  }
+};
+
+typedef struct {
+  PyObject_HEAD
+  ThreadProfiler* captured;  // the creating thread's
+  ThreadProfiler* saved;     // the entering thread's own, while entered
+} ProfilerState;
+
+PyObject* ProfilerState_new(PyTypeObject* type, PyObject*, PyObject*) {
+  ProfilerState* self = (ProfilerState*)type->tp_alloc(type, 0);
+  if (self) self->captured = new ThreadProfiler();
+  return (PyObject*)self;
+}
+
+void ProfilerState_restore(ProfilerState* self) {
+  if (!self->saved) return;
+  self->saved->apply();
+  delete self->saved;
+  self->saved = nullptr;
+}
+
+void ProfilerState_dealloc(ProfilerState* self) {
+  ProfilerState_restore(self);
+  delete self->captured;
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+PyObject* ProfilerState_enter(ProfilerState* self, PyObject*) {
+  if (self->saved) {
+    PyErr_SetString(PyExc_RuntimeError, "ProfilerState entered twice");
+    return nullptr;
+  }
+  self->saved = new ThreadProfiler();
+  self->captured->apply();
+  Py_INCREF(self);
+  return (PyObject*)self;
+}
+
+PyObject* ProfilerState_exit(ProfilerState* self, PyObject*) {
+  ProfilerState_restore(self);
+  Py_RETURN_FALSE;
+}
+
+PyMethodDef ProfilerState_methods[] = {
+    {"__enter__", (PyCFunction)ProfilerState_enter, METH_NOARGS, "Apply the captured profiler to this thread."},
+    {"__exit__", (PyCFunction)ProfilerState_exit, METH_VARARGS, "Give the thread its own back."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyTypeObject ProfilerStateType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// The ranges of a hot call (flat `mpi` plan, blocking) while a profiler records; an observer's error leaves the
+// call unrecorded, never failed.
+void trace(Ranges& ranges, Bound* b, PyObject* first, long long sequence) {
+  try {
+    at::ScalarType dtype = THPVariable_Unpack(first).scalar_type();
+    int64_t elements = b->nbytes / (int64_t)c10::elementSize(dtype);
+    int64_t block = elements / b->world;
+    int64_t in_nelems = b->kind == ALL_GATHER ? block : elements;
+    int64_t out_nelems = b->kind == REDUCE_SCATTER ? block : elements;
+    int rank = 0;
+    MPI_Comm_rank(b->comm, &rank);
+    static const char* names[KINDS] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+    ranges.open(CallInfo{names[b->kind], dtype, torch::getTHPDtype(dtype)->name, in_nelems, out_nelems, b->nbytes,
+                         "mpi", b->world, rank, sequence, false, "pccl"});
+  } catch (...) {
+    ranges.close();
+  }
+}
 
 // ---------------------------------------------------------------------------------------------------- calls
 
@@ -604,7 +850,14 @@ PyObject* Entry_vectorcall(PyObject* callable, PyObject* const* args, size_t nar
   }
   table->hits++;
   b->refs++;  // held while the GIL is released: a table cleared meanwhile (close()) frees it afterwards
-  PyObject* result = run(b, sequence, a, in, in_place);
+  PyObject* result;
+  if (C10_UNLIKELY(profiled())) {  // inside the call's ranges, as the Python path's calls run
+    Ranges ranges;
+    trace(ranges, b, args[0], sequence);
+    result = run(b, sequence, a, in, in_place);
+  } else {
+    result = run(b, sequence, a, in, in_place);
+  }
   release(b);
   return result;
 }
@@ -706,6 +959,19 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_hotpath", "pccl's compiled ho
 
 PyObject* intern(const char* s) { return PyUnicode_InternFromString(s); }
 
+// Ready one of the profiler's context-manager types (Range, ProfilerState).
+int context_manager_type(PyTypeObject& type, const char* name, Py_ssize_t size, newfunc make, destructor free,
+                         PyMethodDef* methods, const char* doc) {
+  type.tp_name = name;
+  type.tp_basicsize = size;
+  type.tp_flags = Py_TPFLAGS_DEFAULT;
+  type.tp_doc = doc;
+  type.tp_new = make;
+  type.tp_dealloc = free;
+  type.tp_methods = methods;
+  return PyType_Ready(&type);
+}
+
 }  // namespace
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
@@ -736,6 +1002,14 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   EntryType.tp_getset = Entry_getset;
   if (PyType_Ready(&EntryType) < 0) return nullptr;
 
+  if (context_manager_type(RangeType, "pccl_torch.hotpath._hotpath.Range", sizeof(Range), (newfunc)Range_new,
+                           (destructor)Range_dealloc, Range_methods,
+                           "A call's profiler ranges (record_param_comms, pccl:<collective>), open while entered.") ||
+      context_manager_type(ProfilerStateType, "pccl_torch.hotpath._hotpath.ProfilerState", sizeof(ProfilerState),
+                           (newfunc)ProfilerState_new, (destructor)ProfilerState_dealloc, ProfilerState_methods,
+                           "The creating thread's profiler, applied to the thread that enters it."))
+    return nullptr;
+
   const struct {
     PyObject** slot;
     const char* text;
@@ -746,6 +1020,14 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   for (const auto& name : names)
     if (!(*name.slot = intern(name.text))) return nullptr;
   g_zero_float = PyFloat_FromDouble(0.0);
+  if (!(s_profiler_enabled = intern("_is_profiler_enabled"))) return nullptr;
+  if (PyObject* profiler = PyImport_ImportModule("torch.autograd.profiler")) {
+    g_profiler_flags = PyModule_GetDict(profiler);  // borrowed from the module, which stays imported (held here)
+    Py_INCREF(g_profiler_flags);
+    Py_DECREF(profiler);
+  } else {
+    PyErr_Clear();  // no torch profiler: the hot path records nothing
+  }
 
   PyObject* m = PyModule_Create(&module_def);
   if (!m) return nullptr;
@@ -753,5 +1035,9 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   PyModule_AddObject(m, "Table", (PyObject*)&TableType);
   Py_INCREF(&EntryType);
   PyModule_AddObject(m, "Entry", (PyObject*)&EntryType);
+  Py_INCREF(&RangeType);
+  PyModule_AddObject(m, "Range", (PyObject*)&RangeType);
+  Py_INCREF(&ProfilerStateType);
+  PyModule_AddObject(m, "ProfilerState", (PyObject*)&ProfilerStateType);
   return m;
 }
