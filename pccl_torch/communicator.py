@@ -505,8 +505,7 @@ def _create_over_torch(local_size: int | None, device: str | torch.device | None
 
             _rendezvous(MPI.COMM_WORLD, Topology(rank, size, 1), _torch_backend(device), timeout)
         else:
-            launcher.require_env_rendezvous()
-            dist.init_process_group(_torch_backend(device), timeout=timeout)
+            launcher.init_world_from_env(_torch_backend(device), timeout)  # keys of its own: init() again works
         owns = True
     _TORCH_CREATIONS += 1
     store = dist.PrefixStore(f"pccl/init/{_TORCH_CREATIONS}", dist.distributed_c10d._get_default_store())

@@ -91,6 +91,28 @@ def require_env_rendezvous() -> None:
         )
 
 
+_ENV_WORLDS = 0
+"""Default groups :func:`init_world_from_env` initialised in this process so far (the same count on every rank)."""
+
+
+def init_world_from_env(backend: str, timeout: datetime.timedelta) -> None:
+    """``torch.distributed.init_process_group(backend)`` from the launcher's variables (``env://``), with its
+    rendezvous keys under a prefix of their own (``pccl/world/<n>``, n counting these calls).
+
+    Why the prefix: under torchrun the rendezvous store is the agent's, which outlives the process's default
+    group, and torch names a default group created again after ``destroy_process_group`` as it named the first
+    (``default_pg/0``). Without the prefix, ``init()`` after ``shutdown()`` (or after a default group of the
+    script's own) had gloo read the destroyed group's addresses: a hang or "Connection refused" (under
+    ``torchrun --nnodes 2``, in each of 3 tries; a one-node torchrun got through by luck of timing)."""
+    global _ENV_WORLDS
+    require_env_rendezvous()
+    _ENV_WORLDS += 1
+    store, rank, size = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"pccl/world/{_ENV_WORLDS}", store), rank=rank,
+                            world_size=size, timeout=timeout)
+
+
 def _node_key() -> str:
     """What names this process's node: the launcher's node index, else the host name."""
     for name in NODE_VARIABLES:
