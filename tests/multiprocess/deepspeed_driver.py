@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,6 +25,8 @@ from pccl_torch.integrations.torch_backend import PcclProcessGroup, pccl_groups
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script by mpiexec, pccl_torch.run or deepspeed
 import rank_result  # noqa: E402
+
+DEFAULT_PORT = 29500  # DeepSpeed's TORCH_DISTRIBUTED_DEFAULT_PORT
 
 
 def run_stage(stage: int, rank: int, world: int, steps: int = 5) -> tuple[list[float], list[float]]:
@@ -60,7 +63,10 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    deepspeed.init_distributed(dist_backend=args.comm_backend)
+    # Under mpiexec DeepSpeed's MPI discovery sets MASTER_PORT to this port (its default 29500 otherwise): the
+    # tests give each launch a free one, so that two runs on one machine do not meet at 29500.
+    deepspeed.init_distributed(dist_backend=args.comm_backend,
+                               distributed_port=int(os.environ.get("MASTER_PORT") or DEFAULT_PORT))
     release_shared_memory()  # DeepSpeed never unlinks its /dev/shm segments
     rank, world = dist.get_rank(), dist.get_world_size()
     result: dict = {"backend": args.comm_backend, "default_group": type(dist.group.WORLD).__name__, "stages": {},

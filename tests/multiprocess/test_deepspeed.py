@@ -25,12 +25,13 @@ def _run(ranks: int, local_size: int, tmp_path, name: str, *args: str, zero_code
     """Every rank's result (exit status 0 checked, each rank's result written after its
     destroy_process_group()); the final parameters of each stage equal on every rank."""
     out, results = tmp_path / f"{name}.json", tmp_path / f"{name}-ranks"
+    env = {**EXTENSIONS, "MASTER_PORT": str(_free_port())}  # DeepSpeed's MPI discovery would take 29500
     if zero_code:  # python -m pccl_torch.run driver.py ... : the script asks for gloo, pccl is forced
         run = launch_ranks("-m", ranks, "pccl_torch.run", str(HERE / "deepspeed_driver.py"), *args, "--json", str(out),
-                           result_dir=results, local_size=local_size, env=EXTENSIONS, timeout_s=900)
+                           result_dir=results, local_size=local_size, env=env, timeout_s=900)
     else:
         run = launch_ranks("deepspeed_driver.py", ranks, *args, "--json", str(out), result_dir=results,
-                           local_size=local_size, env=EXTENSIONS, timeout_s=900)
+                           local_size=local_size, env=env, timeout_s=900)
     assert not any(r["shm_left"] for r in run.ranks), f"{name}: DeepSpeed's /dev/shm segments left behind"
     for stage in run[0]["stages"]:
         params = [r["stages"][stage]["params"] for r in run.ranks]
