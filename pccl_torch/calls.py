@@ -127,10 +127,10 @@ class BoundCall:
         """Enqueue the call in the group's stream order and return (ProcessGroupNCCL's contract): a blocking call
         is an async one whose Work the caller's current stream waits for at once. A call the caller's thread
         enqueues (device levels only) that failed raises here, as a blocking CPU call does."""
-        work = functools.partial(self.run, sequence, a, b)
+        call = functools.partial(self.run, sequence, a, b)
         if torch_profiler._is_profiler_enabled:
-            work = profiling.carried(work)
-        future, end, gated = self.comm.executor.issue(work, host_driven=self.host_driven,
+            call = profiling.carried(call)
+        future, end, gated = self.comm.executor.issue(call, host_driven=self.host_driven,
                                                       tensors=(a, b if isinstance(b, torch.Tensor) else
                                                                getattr(b, "input", None)))
         if future.done() and future.exception() is not None and not self.async_op:

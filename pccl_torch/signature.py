@@ -91,7 +91,7 @@ def agree_splits(comm: "Communicator", send_counts: tuple[int, ...], recv_counts
     count for a peer is not the peer's count from it (the data would be cut short or hang)."""
     p = comm.topology.world_size
     mine = torch.tensor([*send_counts, *recv_counts], dtype=torch.int64)
-    table = torch.empty(p * 2 * p, dtype=torch.int64, device=mine.device)
+    table = torch.empty(p * 2 * p, dtype=torch.int64)
     comm.control.native_all_gather(table, mine)
     rows = table.view(p, 2 * p).tolist()
     wrong = [(i, j) for i in range(p) for j in range(p) if rows[i][j] != rows[j][p + i]]

@@ -110,18 +110,12 @@ class TorchGroupTransport(Transport):
         are waited as ProcessGroupNCCL means them: the current stream waits, the host goes on (NCCL's own watchdog
         bounds them by the group's timeout)."""
         start = time.monotonic()
-        if not self.host_capable:
-            try:
-                for work in works:
-                    work.wait()
-            except RuntimeError as exc:
-                raise Stalled(self.communicator_ranks(peers), time.monotonic() - start,
-                              f"{what} over {self.name}: {str(exc).splitlines()[0]}") from exc
-            return
         for work in works:
-            left = max(self.timeout_s - (time.monotonic() - start), 0.001)
             try:
-                work.wait(datetime.timedelta(seconds=left))
+                if self.host_capable:
+                    work.wait(datetime.timedelta(seconds=max(self.timeout_s - (time.monotonic() - start), 0.001)))
+                else:
+                    work.wait()
             except RuntimeError as exc:
                 raise Stalled(self.communicator_ranks(peers), time.monotonic() - start,
                               f"{what} over {self.name}: {str(exc).splitlines()[0]}") from exc
