@@ -15,7 +15,10 @@ compiled hot path), runs inside two ranges on the thread that runs it:
 
 The phases of a two-level call nest inside ``pccl:<collective>`` (:func:`phase`): ``pccl:pack``,
 ``pccl:intra:<collective>``, ``pccl:inter:<collective>``, ``pccl:unpack``, and a compressed call's ``pccl:encode``
-and ``pccl:decode``, each with the ``bytes`` it works on and, for the exchanges, the level's ``group_size``.
+and ``pccl:decode``, each with the ``bytes`` it works on and, for the exchanges, the level's ``group_size``. A
+pipelined call's chunks overlap, so each step of a chunk is a range of its own (:func:`chunk_step`): an exchange's
+issue as ``pccl:intra:<collective>`` or ``pccl:inter:<collective>`` and its completion as ``pccl:wait``, a local
+step (``pccl:pack``, ``pccl:encode``...) whole, each with its ``chunk``.
 
 Both call ranges come from the compiled extension (``pccl_torch/hotpath/_hotpath.cpp``, ATen's
 ``RecordFunction``), for the hot path's own calls and for the Python path's alike. A call that runs on the
@@ -99,6 +102,23 @@ def phase(name: str, data: torch.Tensor, level: Any = None) -> contextlib.Abstra
     if level is not None:
         args["group_size"] = level.size
     return _range(name, args)
+
+
+def chunk_step(what: str, chunk: int, level: Any = None, waiting: bool = False) -> contextlib.AbstractContextManager[Any]:
+    """The range of one step of a pipelined call (``algorithms.pipelined.run``), nested in the call's: its start
+    (an exchange's issue, or a local step's whole work) as ``pccl:<phase>``, or with ``waiting`` its completion as
+    ``pccl:wait``, carrying the ``chunk``, the step (``phase``) and, for an exchange, the ``group_size`` of its
+    ``level``. Chunks overlap, so a started exchange's own time shows as the gap to its ``pccl:wait``. A shared
+    empty context when no profiler records."""
+    if not torch_profiler._is_profiler_enabled:
+        return _OFF
+    words = what.split(" (")[0].replace("-", "_").split(" ")  # "inter all-gather (encoded)", "decode and combine"
+    level_name = words[0] in ("intra", "inter")
+    name = "pccl:" + (f"{words[0]}:{'_'.join(words[1:])}" if level_name else "_".join(words))
+    args: dict[str, Any] = {"chunk": chunk, "phase": name}
+    if level is not None:
+        args["group_size"] = level.size
+    return _range("pccl:wait" if waiting else name, args)
 
 
 def _range(name: str, args: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from pccl_torch import scratch
+from pccl_torch.profiling import chunk_step
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
 from pccl_torch.transport.staging import chunk_bounds, transfer
@@ -36,7 +37,8 @@ Step = Callable[[], object]
 
 
 def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> None:
-    """Run every chunk's steps in order, overlapping chunks: see the module docstring for the order."""
+    """Run every chunk's steps in order, overlapping chunks: see the module docstring for the order. While a
+    torch profiler records, each step's start and each wait is a range (``profiling.chunk_step``)."""
     started: dict[tuple[int, int], tuple[Transport, object, str]] = {}
     depth = len(chunk_steps[0])
 
@@ -44,7 +46,8 @@ def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> 
         pending = started.pop((c, k), None)
         if pending is not None:
             transport, request, what = pending
-            transport.wait(request, what)
+            with chunk_step(what, c, transport, waiting=True):
+                transport.wait(request, what)
 
     for tick in range(len(chunk_steps) + depth - 1):
         for k in range(depth):
@@ -54,7 +57,8 @@ def run(chunk_steps: Sequence[Sequence[tuple[Transport | None, Step, str]]]) -> 
             if k:
                 finish(c, k - 1)
             transport, step, what = chunk_steps[c][k]
-            request = step()
+            with chunk_step(what, c, transport):
+                request = step()
             if transport is not None:
                 started[(c, k)] = (transport, request, what)
     for c, k in sorted(started):

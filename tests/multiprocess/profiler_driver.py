@@ -5,7 +5,8 @@ through the compiled hot path, through the Python path, async, hierarchical (exa
 ``pccl`` torch.distributed backend, blocking and async. It exports the Chrome trace and checks in it that each
 call shows once as ``pccl:<collective>`` carrying its collective, bytes, dtype, algorithm, group size, rank and
 async flag; with the extension, inside torch's ``record_param_comms`` with torch's fields; and that a hierarchical
-call's phases (``pccl:intra:*``, ``pccl:inter:*``, pack, unpack, encode, decode) nest inside its range.
+call's phases (``pccl:intra:*``, ``pccl:inter:*``, pack, unpack, encode, decode) nest inside its range, a
+pipelined call's as each chunk's steps and waits.
 ``--python-path`` (run with ``PCCL_HOTPATH=off``): the ranges recorded from Python, no ``record_param_comms``, and
 the async calls not looked for where they run on the worker thread (which only the extension carries the profiler
 to). The backend asks pccl for a ``Work`` even for torch's blocking calls: its calls are async ones to pccl.
@@ -89,7 +90,10 @@ def check_call(trace: list[dict], call: Call, rank: int, size: int, extension: b
     assert [e["name"] for e in nested] == list(call.phases), (f"{name} {call.algorithm}: phases "
                                                             f"{[e['name'] for e in nested]}, want {call.phases}")
     for e in nested:
-        assert e["args"]["bytes"] > 0, e
+        if "chunk" in e["args"]:  # a pipelined call's step: its chunk and what it runs, no bytes
+            assert e["args"]["chunk"] in (0, 1) and e["args"]["phase"].startswith("pccl:"), e
+        else:
+            assert e["args"]["bytes"] > 0, e
         if ":intra:" in e["name"] or ":inter:" in e["name"]:
             assert e["args"]["group_size"] in (size // int(os.environ.get("PCCL_LOCAL_SIZE", "1")),
                                                int(os.environ.get("PCCL_LOCAL_SIZE", "1"))), e
@@ -149,6 +153,13 @@ def main() -> None:
         calls.append(Call("all_reduce", buf.numel() * 4, "hier:mpi+int8",
                           phases=("pccl:intra:reduce_scatter", "pccl:inter:reduce_scatter", "pccl:encode",
                                   "pccl:inter:all_gather", "pccl:intra:all_gather", "pccl:decode")))
+
+        out, inp = floats(24 * size), floats(24)  # two chunks (PCCL_PIPELINE_CHUNKS=2): each step a range
+        pc.all_gather_into_tensor(out, inp, algorithm="hier:pipelined")
+        calls.append(Call("all_gather", out.numel() * 4, "hier:pipelined",
+                          phases=("pccl:inter:all_gather", "pccl:inter:all_gather", "pccl:wait", "pccl:intra:all_gather",
+                                  "pccl:wait", "pccl:intra:all_gather", "pccl:wait", "pccl:unpack", "pccl:wait",
+                                  "pccl:unpack")))
 
         buf = floats(22)
         dist.all_reduce(buf, group=pg)  # the pccl backend

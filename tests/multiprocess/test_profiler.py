@@ -10,7 +10,7 @@ import pytest
 
 from .conftest import launch_ranks
 
-CALLS = 9
+CALLS = 10
 """The driver's profiled calls (without the extension its three async ones, on the worker thread, are not looked
 for)."""
 
@@ -20,7 +20,8 @@ for)."""
 def test_every_call_is_a_range_with_its_arguments_and_phases(python_path: bool, tmp_path) -> None:
     run = launch_ranks("profiler_driver.py", 4, *(["--python-path"] if python_path else []),
                        result_dir=tmp_path / "ranks", local_size=2, same=("passed", "calls"),
-                       env={"PCCL_ASYNC": "thread", **({"PCCL_HOTPATH": "off"} if python_path else {})})
+                       env={"PCCL_ASYNC": "thread", "PCCL_PIPELINE_CHUNKS": "2",
+                            **({"PCCL_HOTPATH": "off"} if python_path else {})})
     for r, report in enumerate(run.ranks):
         assert not report["failures"], f"rank {r}:\n" + "\n".join(report["failures"][:10])
     assert run[0]["worker"], "async calls ran inline"
