@@ -123,9 +123,15 @@ def split_table(p: int, count: int, uneven: bool, seed: int) -> list[list[int]]:
     return [[(i + 2 * j + seed) % 4 * count // 2 for j in range(p)] for i in range(p)]
 
 
+PIECE = 1 << 16  # elements of an input generated from one seed (the first piece: the whole of a small input)
+
+
 def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int,
-               compression: str | None = None) -> torch.Tensor:
-    """Deterministic input of ``rank``, chosen so that a wrong result cannot hide in the tolerance.
+               compression: str | None = None, start: int = 0, stop: int | None = None) -> torch.Tensor:
+    """Elements ``start:stop`` (default: all) of rank ``rank``'s deterministic input of ``numel`` elements, chosen
+    so that a wrong result cannot hide in the tolerance. Generated in pieces of ``PIECE`` elements, each from a seed
+    of its own, so that any slice of any rank's input costs only its own pieces: a rank checks its share of a large
+    result against the same slice of every rank's input (:meth:`Runner.run_case`).
 
     Every element's magnitude is at least 1 (ints: nonzero), so leaving a rank out or counting one twice
     moves a SUM by at least 1, far beyond :func:`error_bound` (at most ``(p + 1) u 2p``: 0.33 in bf16 at
@@ -137,6 +143,17 @@ def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: 
     A compressed PRODUCT gets values near 1 (1 + 0.1 N(0, 1)), what ``COMPRESSED_TOLERANCE`` was measured on:
     each factor's wire error is relative, so a product of p factors near 1.4 errs by up to ~0.8 in fp8, as
     much as a missing factor moves it (a lossy format cannot tell those apart)."""
+    stop = numel if stop is None else stop
+    first, last = start // PIECE, -(-stop // PIECE)
+    pieces = [_input_piece(rank, min(PIECE, numel - k * PIECE), dtype, op, seed + k * 1_000_003, compression)
+              for k in range(first, last)]
+    whole = torch.cat(pieces) if pieces else torch.empty(0, dtype=dtype)
+    return whole[start - first * PIECE:stop - first * PIECE]
+
+
+def _input_piece(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: int,
+                 compression: str | None) -> torch.Tensor:
+    """``numel`` elements of a rank's input from one seed: see :func:`make_input`."""
     g = torch.Generator().manual_seed(seed * 1009 + rank)
     if dtype in INT_DTYPES:
         if op == "product":
@@ -154,6 +171,11 @@ def make_input(rank: int, numel: int, dtype: torch.dtype, op: str | None, seed: 
         if op not in ("avg", "premul_sum"):
             values = values * (torch.randint(0, 2, (numel,), generator=g, dtype=torch.float64) * 2 - 1)
     return values.to(dtype)
+
+
+def share(numel: int, p: int, r: int) -> tuple[int, int]:
+    """The slice of a ``numel``-element result that rank ``r`` of ``p`` checks against the reference."""
+    return numel * r // p, numel * (r + 1) // p
 
 
 def reference(inputs: list[torch.Tensor], op: str) -> torch.Tensor:
@@ -250,22 +272,28 @@ class Runner:
             same = torch.equal(out.cpu().view(torch.uint8), expected.view(torch.uint8))
             return None if same else "output differs from the concatenated inputs"
         if case.collective == "reduce_scatter":
-            inputs = [make_input(i, p * block, case.dtype, case.op, self.seed, case.compression) for i in range(p)]
-            inp = inputs[r].clone().to(DEVICE)
+            own = make_input(r, p * block, case.dtype, case.op, self.seed, case.compression)
+            inp = own.clone().to(DEVICE)
             out = torch.full((block,), 7, dtype=case.dtype, device=DEVICE)
             pc.reduce_scatter_tensor(out, inp, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
-            if not torch.equal(inp.cpu(), inputs[r]):
+            if not torch.equal(inp.cpu(), own):
                 return "input was modified"
-            mine = [x[r * block:(r + 1) * block] for x in inputs]
+            mine = [make_input(i, p * block, case.dtype, case.op, self.seed, case.compression, r * block,
+                               (r + 1) * block) for i in range(p)]
             return matches(out.cpu(), reference(mine, case.op), case.dtype, p, case.compression,
                            inputs=mine, op=case.op)
         if case.collective == "all_to_all":
             return self.run_all_to_all(case)
-        inputs = [make_input(i, block, case.dtype, case.op, self.seed, case.compression) for i in range(p)]
-        buf = inputs[r].clone().to(DEVICE)
+        buf = make_input(r, block, case.dtype, case.op, self.seed, case.compression).to(DEVICE)
         pc.all_reduce(buf, as_op(case.op), algorithm=case.algorithm, compression=case.compression)
         buf = buf.cpu()
-        problem = matches(buf, reference(inputs, case.op), case.dtype, p, case.compression, inputs=inputs, op=case.op)
+        # Each rank checks its share against the reference; the ranks' results are then shown identical.
+        lo, hi = share(block, p, r)
+        inputs = [make_input(i, block, case.dtype, case.op, self.seed, case.compression, lo, hi) for i in range(p)]
+        problem = matches(buf[lo:hi], reference(inputs, case.op), case.dtype, p, case.compression, inputs=inputs,
+                          op=case.op)
+        if problem:
+            problem = f"elements {lo}:{hi}: {problem}"
         if not self.identical_everywhere(buf):
             problem = (problem + "; " if problem else "") + "results differ between ranks"
         return problem
