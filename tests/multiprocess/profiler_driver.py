@@ -87,8 +87,12 @@ def check_call(trace: list[dict], call: Call, rank: int, size: int, extension: b
     else:
         assert not params, f"{name}: record_param_comms without the extension"
     nested = [e for e in trace if e is not event and e["name"].startswith("pccl:") and inside(e, event)]
-    assert [e["name"] for e in nested] == list(call.phases), (f"{name} {call.algorithm}: phases "
-                                                            f"{[e['name'] for e in nested]}, want {call.phases}")
+    names = [e["name"] for e in nested]
+    if call.algorithm == "hier:pipelined":  # short steps back to back may share a microsecond: in any order
+        names, want = sorted(names), sorted(call.phases)
+    else:
+        want = list(call.phases)
+    assert names == want, f"{name} {call.algorithm}: phases {names}, want {want}"
     for e in nested:
         if "chunk" in e["args"]:  # a pipelined call's step: its chunk and what it runs, no bytes
             assert e["args"]["chunk"] in (0, 1) and e["args"]["phase"].startswith("pccl:"), e
