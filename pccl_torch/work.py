@@ -21,8 +21,9 @@ What a caller of a collective sees, and where it is decided (``docs/gpus.md``, "
     given a *gate* (:class:`HostGate`: ``cuStreamWaitValue32`` on a pinned flag, through the CUDA driver) and the
     call's end is recorded behind it; the worker's copies wait for an event recorded at issue, and when its
     host-to-device copies are queued it opens the gate in their stream order (``cuStreamWriteValue32``). The
-    calling thread never waits for MPI. Without the driver's stream memory operations, :meth:`Work.wait` falls back
-    to waiting on the host for the worker (logged once).
+    calling thread never waits for MPI: a call over device libraries only, issued while earlier calls are still on
+    the worker, follows them there behind the gate. Without the driver's stream memory operations,
+    :meth:`Work.wait` falls back to waiting on the host for the worker (logged once).
 
   The worker thread sets its device once, when it starts.
 """
@@ -288,12 +289,16 @@ class Queue:
         the end follows the call in stream order). Never waits on the host for the network.
 
         ``host_driven`` False: every level is a device library; ``fn`` enqueues its NCCL calls on the order stream
-        now, in this thread. True: the worker runs it behind the gate (module docstring). ``tensors`` (the caller's
+        now, in this thread (or, while earlier calls are still on the worker, on the worker after them, behind the
+        gate, as a host-driven call). True: the worker runs it behind the gate (module docstring). ``tensors`` (the caller's
         buffers) are marked in use by pccl's streams, so that the caching allocator does not hand their memory
         out again before the call is done with it, whenever the caller frees them."""
         caller = torch.cuda.current_stream(self.cuda)
         order = self.order_stream()
         order.wait_stream(caller)  # the dependency on the caller's work, taken at issue
+        if not host_driven and self.busy and self._gate_or_none() is not None:
+            host_driven = True  # earlier calls still on the worker: this one follows them there, behind the gate,
+            # rather than this thread waiting for them (it may use a level they use: the control level, with checks)
         worker = self.worker_stream() if host_driven else None
         for tensor in tensors:
             if tensor is not None:
@@ -301,8 +306,8 @@ class Queue:
                 if worker is not None:
                     tensor.record_stream(worker)
         if not host_driven:
-            if self.busy:  # the worker may still use a level this thread would use too (the control level with
-                self.drain()  # checks on): the group's order on the host first
+            if self.busy:  # no gate (the driver lacks stream memory operations): the group's order on the host
+                self.drain()
             with torch.cuda.stream(order):
                 future = _run(fn)
             end = torch.cuda.Event()

@@ -105,3 +105,23 @@ def test_host_driven_call_opens_its_gate_behind_the_worker() -> None:
     Work(future, "all_reduce", "mpi", end=end, gated=gated, output=x).wait()
     assert bool((x == 6).all())
     queue.shutdown()
+
+
+@needs_gpu
+def test_device_call_behind_a_busy_worker_follows_it_without_blocking_the_host() -> None:
+    """A device-library call issued while a host-driven one still runs on the worker is not a reason for the host
+    to wait: it returns at once and runs after the earlier call, in the group's order."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    queue = Queue("test", device=device)
+    x = torch.ones(1024, device=device)
+    slow, slow_end, slow_gated = queue.issue(lambda: (time.sleep(0.2), x.mul_(3))[1], host_driven=True)
+    start = time.perf_counter()
+    fast, fast_end, fast_gated = queue.issue(lambda: x.add_(1), host_driven=False)
+    issued = time.perf_counter() - start
+    if not HostGate.available():
+        pytest.skip("no stream memory operations: the host waits for the worker by design")
+    assert issued < 0.1, f"the issue waited {issued:.3f} s for the worker"
+    Work(fast, "all_reduce", "vendor", end=fast_end, gated=fast_gated, output=x).wait()
+    torch.cuda.current_stream(device).synchronize()
+    assert bool((x == 4).all()), x[:4]  # (1 * 3) + 1: in issue order
+    queue.shutdown()
