@@ -118,8 +118,8 @@ def test_device_call_behind_a_busy_worker_follows_it_without_blocking_the_host()
     start = time.perf_counter()
     fast, fast_end, fast_gated = queue.issue(lambda: x.add_(1), host_driven=False)
     issued = time.perf_counter() - start
-    if not HostGate.available():
-        pytest.skip("no stream memory operations: the host waits for the worker by design")
+    if not slow_gated:  # the driver's stream memory operations absent or failing
+        pytest.skip("no gate: the host waits for the worker by design")
     assert issued < 0.1, f"the issue waited {issued:.3f} s for the worker"
     Work(fast, "all_reduce", "vendor", end=fast_end, gated=fast_gated, output=x).wait()
     torch.cuda.current_stream(device).synchronize()
