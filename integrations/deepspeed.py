@@ -15,16 +15,15 @@ DeepSpeed discovers rank, world size and the rendezvous address from MPI). For a
 ``python -m pccl_torch.run train.py ...`` makes ``pccl`` the backend of every ``deepspeed.init_distributed`` /
 ``deepspeed.initialize`` call.
 
-Importing this module registers :func:`drain_gloo_workers` at exit: the teardown abort its docstring explains.
+``import pccl_torch`` registers ``pccl_torch.gloo_exit.drain_gloo_workers`` at exit: the teardown abort of DeepSpeed's
+gloo groups that its module docstring explains.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import functools
 import os
-import time
 from pathlib import Path
 
 BACKENDS = ("nccl", "gloo", "mpi", "pccl")
@@ -96,55 +95,5 @@ def release_shared_memory() -> bool:
     return True
 
 
-GLOO_WORKER = "pt_gloo_runloop"
-"""The name torch gives each worker thread of a ``ProcessGroupGloo`` (``c10::setThreadName``)."""
-TASKS = Path("/proc/self/task")
-
-
-def _gloo_workers() -> dict[str, tuple[str, str]]:
-    """This process's gloo worker threads: thread id -> (scheduler state, ``schedstat``), from ``/proc``."""
-    workers = {}
-    try:
-        tasks = list(TASKS.iterdir())
-    except OSError:  # no /proc (not Linux): nothing to wait for
-        return workers
-    for task in tasks:
-        try:
-            if (task / "comm").read_text().strip() != GLOO_WORKER:
-                continue
-            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            workers[task.name] = (state, (task / "schedstat").read_text())
-        except (OSError, IndexError):  # the thread ended meanwhile
-            continue
-    return workers
-
-
-def drain_gloo_workers(timeout_s: float = 2.0, quiet_s: float = 0.005) -> bool:
-    """Wait, the GIL released, until no gloo worker thread of this process has run for ``quiet_s`` (none runnable,
-    none scheduled in between), at most ``timeout_s``; returns whether they went quiet. Registered at exit.
-
-    Why: a gloo worker that drops the last reference to a tensor with a Python object (its finished work's
-    tensors, once the script let go of them) takes the GIL in the tensor's destructor. If the interpreter is
-    finalizing by then, Python ends the thread (``pthread_exit``) and the unwinding stops at the destructor's
-    ``noexcept``: "terminate called without an active exception", after the script had finished. DeepSpeed's
-    groups outlive ``destroy_process_group`` (it holds them, and gloo's ``shutdown`` stops nothing in torch 2.13),
-    so their workers are still there when the interpreter finalizes; a worker descheduled just before dropping its
-    last work (seen under load on 2 shared cores) then aborts the process. Waiting here, while the interpreter is
-    whole, lets such a worker finish first. Workers waiting for work (or blocked in a collective) do not run and
-    end the wait at once: a few milliseconds where gloo groups exist, nothing otherwise."""
-    deadline = time.monotonic() + timeout_s
-    before = _gloo_workers()
-    quiet_since = time.monotonic()
-    while before:
-        time.sleep(0.001)
-        now = _gloo_workers()
-        if now != before or any(state in "RD" for state, _ in now.values()):
-            quiet_since, before = time.monotonic(), now
-        elif time.monotonic() - quiet_since >= quiet_s:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-    return True
-
-
-atexit.register(drain_gloo_workers)
+# The exit handler that waits for gloo's worker threads (pccl_torch.gloo_exit) is registered by `import pccl_torch`:
+# DeepSpeed holds its gloo groups past destroy_process_group, the case it was found in.

@@ -35,10 +35,13 @@ from pccl_torch.work import Work
 __version__ = "0.1.0"
 
 
-# `import pccl_torch` registers the torch.distributed backend "pccl".
+# `import pccl_torch` registers the torch.distributed backend "pccl", and the exit handler that keeps torch's gloo
+# workers from aborting a finalizing interpreter (pccl_torch.gloo_exit).
+from pccl_torch import gloo_exit as _gloo_exit  # noqa: E402
 from pccl_torch.integrations import torch_backend as _torch_backend  # noqa: E402
 
 _torch_backend.register()
+_gloo_exit.register()
 
 __all__ = [
     "Communicator",

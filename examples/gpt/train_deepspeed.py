@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> harness.RunResult:
                          f"on {accelerator}; set DS_ACCELERATOR={args.device}")
     device = harness.select_device(args.device)
 
-    deepspeed.init_distributed(dist_backend=args.comm_backend)
+    # Under mpiexec DeepSpeed's MPI discovery sets the rendezvous port: MASTER_PORT where given, else its 29500.
+    deepspeed.init_distributed(dist_backend=args.comm_backend,
+                               distributed_port=int(os.environ.get("MASTER_PORT") or 29500))
     release_shared_memory()  # DeepSpeed never unlinks its /dev/shm segments
     config = load_config(args.ds_config or CONFIGS / f"zero{args.zero_stage}.json", args.batch_size)
     stage = config.get("zero_optimization", {}).get("stage", 0)

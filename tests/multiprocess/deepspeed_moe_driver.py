@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -55,7 +56,9 @@ def main() -> None:
     parser.add_argument("--zero-stage", type=int, default=0)
     args = parser.parse_args()
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-    deepspeed.init_distributed(dist_backend=args.comm_backend)
+    # Under mpiexec DeepSpeed's MPI discovery takes this port (29500 otherwise): the test gives each launch a free one.
+    deepspeed.init_distributed(dist_backend=args.comm_backend,
+                               distributed_port=int(os.environ.get("MASTER_PORT") or 29500))
     release_shared_memory()  # DeepSpeed never unlinks its /dev/shm segments
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

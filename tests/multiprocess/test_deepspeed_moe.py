@@ -10,6 +10,7 @@ import os
 import pytest
 
 from .conftest import ROOT, launch_ranks
+from .test_deepspeed import _free_port
 
 RANKS, LOCAL_SIZE, STEPS = 4, 2, 5
 ENV = {"TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR", str(ROOT / ".cache" / "torch_extensions")),
@@ -20,7 +21,8 @@ LOSS_RTOL = 1e-5
 
 def _train(comm: str, tmp_path) -> list[dict]:
     run = launch_ranks("deepspeed_moe_driver.py", RANKS, "--comm_backend", comm, "--steps", str(STEPS),
-                       "--zero-stage", "1", result_dir=tmp_path / comm, local_size=LOCAL_SIZE, env=ENV,
+                       "--zero-stage", "1", result_dir=tmp_path / comm, local_size=LOCAL_SIZE,
+                       env={**ENV, "MASTER_PORT": str(_free_port())},  # not DeepSpeed's 29500: see the driver
                        timeout_s=300)
     for rank in run.ranks:  # one fixed batch a rank: every rank's loss falls every step
         losses = rank["losses"]

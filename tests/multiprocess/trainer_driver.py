@@ -65,6 +65,11 @@ def main() -> None:
         result.update(calls=everything["calls"], bypassed=everything["bypassed"])
     dist.destroy_process_group()
     rank_result.write(result)
+    if pccl is None:  # the gloo baseline: the wait at exit that `import pccl_torch` registers for pccl's run (torch
+        # 2.13's gloo workers, still held by the Trainer's DDP model, can abort a finalizing interpreter: seen once)
+        from pccl_torch.gloo_exit import drain_gloo_workers
+
+        drain_gloo_workers()
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from pccl_torch.integrations.deepspeed import GLOO_WORKER, TASKS, _gloo_workers, drain_gloo_workers
+from pccl_torch.gloo_exit import GLOO_WORKER, TASKS, _gloo_workers, drain_gloo_workers
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not TASKS.is_dir(), reason="reads /proc")
 
