@@ -94,6 +94,3 @@ def release_shared_memory() -> bool:
         return False
     return True
 
-
-# The exit handler that waits for gloo's worker threads (pccl_torch.gloo_exit) is registered by `import pccl_torch`:
-# DeepSpeed holds its gloo groups past destroy_process_group, the case it was found in.

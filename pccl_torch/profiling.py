@@ -104,7 +104,8 @@ def phase(name: str, data: torch.Tensor, level: Any = None) -> contextlib.Abstra
     return _range(name, args)
 
 
-def chunk_step(what: str, chunk: int, level: Any = None, waiting: bool = False) -> contextlib.AbstractContextManager[Any]:
+def chunk_step(what: str, chunk: int, level: Any = None,
+               waiting: bool = False) -> contextlib.AbstractContextManager[Any]:
     """The range of one step of a pipelined call (``algorithms.pipelined.run``), nested in the call's: its start
     (an exchange's issue, or a local step's whole work) as ``pccl:<phase>``, or with ``waiting`` its completion as
     ``pccl:wait``, carrying the ``chunk``, the step (``phase``) and, for an exchange, the ``group_size`` of its

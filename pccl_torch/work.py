@@ -290,9 +290,9 @@ class Queue:
 
         ``host_driven`` False: every level is a device library; ``fn`` enqueues its NCCL calls on the order stream
         now, in this thread (or, while earlier calls are still on the worker, on the worker after them, behind the
-        gate, as a host-driven call). True: the worker runs it behind the gate (module docstring). ``tensors`` (the caller's
-        buffers) are marked in use by pccl's streams, so that the caching allocator does not hand their memory
-        out again before the call is done with it, whenever the caller frees them."""
+        gate, as a host-driven call). True: the worker runs it behind the gate (module docstring). ``tensors``
+        (the caller's buffers) are marked in use by pccl's streams, so that the caching allocator does not hand
+        their memory out again before the call is done with it, whenever the caller frees them."""
         caller = torch.cuda.current_stream(self.cuda)
         order = self.order_stream()
         order.wait_stream(caller)  # the dependency on the caller's work, taken at issue
