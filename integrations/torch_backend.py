@@ -33,6 +33,7 @@ The group has a name (``group_name``), so DeviceMesh and the functional collecti
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import functools
 import importlib
@@ -115,19 +116,24 @@ def _as_work(work: api.Work | None, result: object, then: Callable[[], object] |
             then()
         return _completed(result)
     if work.on_device:
-        return _create_work_from_future(device_future(work.wait, result, then))
+        return _create_work_from_future(device_future(work, result, then))
     future = work.get_future()
     if then is not None:
         future = future.then(lambda f: (f.value(), then())[0])
     return _create_work_from_future(future)
 
 
-def _all_of(works: Sequence[dist.Work], result: object) -> dist.Work:
-    """One Work completing when every one of ``works`` has (they may come from pccl and the vendor group)."""
+def _all_of(works: Sequence[dist.Work], result: object, queue: Queue | None = None) -> dist.Work:
+    """One Work completing when every one of ``works`` has (they may come from pccl and the vendor group); on CUDA
+    ``queue`` is the group's, whose FIFO they all joined: the last ends last."""
     if len(works) == 1:
         return works[0]
-    if isinstance(result, (list, tuple)) and result and result[0].is_cuda:  # one FIFO: the last ends last
-        return _create_work_from_future(device_future(works[-1].wait, result))
+    if queue is not None:  # the order stream, now, is behind every one of them (and their copies out)
+        end = torch.cuda.Event()
+        end.record(queue.order_stream())
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(result)
+        return _create_work_from_future(device_future(Work(done, "coalesced", "pccl", end=end, queue=queue), result))
     return _create_work_from_future(torch.futures.collect_all([w.get_future() for w in works]).then(lambda _: result))
 
 
@@ -136,10 +142,10 @@ def _in_group_order(queue: Queue, call: Callable[[], dist.Work], result: object,
     order stream (behind everything issued before it, the caller's stream waits when the Work is waited); on CPU
     queued on the worker behind pccl's calls, or where calls run inline, finished before the next one starts."""
     if device.type == "cuda":
-        future, end, gated = queue.issue(lambda: call().wait(), host_driven=False)
-        if future.exception() is not None:
+        future, end, gated = queue.issue(lambda: call().wait(), host_driven=False, what="a call pccl delegates")
+        if future.done() and future.exception() is not None:  # run here, and failed (never wait: it may be queued)
             raise future.exception()
-        return _as_work(Work(future, "delegated", "vendor", end=end, gated=gated, output=result), result)
+        return _as_work(Work(future, "delegated", "vendor", end=end, gated=gated, output=result, queue=queue), result)
     if queue.inline:
         call().wait()
         return _completed(result)
@@ -254,6 +260,12 @@ class PcclProcessGroup(dist.ProcessGroup):
             raise _Unserved(unsupported)
         return comm
 
+    def _cuda_queue(self, tensors: Sequence[torch.Tensor]) -> Queue | None:
+        """The queue of the group's CUDA communicator when ``tensors`` are CUDA tensors and it exists (the FIFO
+        their calls joined), else None."""
+        comm = self._comms.get("cuda") if tensors and tensors[0].is_cuda else None
+        return comm.executor if comm is not None else None
+
     def _vendor(self, kind: str) -> dist.ProcessGroup:
         """The vendor group for a device type: gloo for CPU, NCCL for CUDA (gloo when NCCL is missing)."""
         self._require_live()
@@ -341,7 +353,7 @@ class PcclProcessGroup(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i) for o, i in zip(outputs, inputs, strict=True)]
-        return _all_of(works, outputs)
+        return _all_of(works, outputs, self._cuda_queue(outputs))
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -374,7 +386,7 @@ class PcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return _all_of(works, outputs)
+        return _all_of(works, outputs, self._cuda_queue(outputs))
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 

@@ -66,7 +66,7 @@ class BoundCall:
     """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
 
     __slots__ = ("comm", "plan", "body", "nbytes", "dtype", "block", "offset", "entry", "async_op", "signature",
-                 "on_cuda", "host_driven", "__weakref__")
+                 "on_cuda", "host_driven", "label", "__weakref__")
 
     def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
         self.comm = comm
@@ -88,6 +88,8 @@ class BoundCall:
         """CUDA tensors: enqueue and return, in the group's stream order (``pccl_torch.work``)."""
         self.host_driven = self.on_cuda and host_driven(comm, plan)
         """Whether a level of the plan needs host memory (MPI): the worker drives it behind a gate."""
+        self.label = f"{plan.collective} (plan {plan.name})"
+        """The call as errors name it."""
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor | None = None) -> Work | None:
         """Number the call, then run it now (blocking: after the queued async calls) or queue it (``async_op``).
@@ -130,12 +132,12 @@ class BoundCall:
         call = functools.partial(self.run, sequence, a, b)
         if torch_profiler._is_profiler_enabled:
             call = profiling.carried(call)
-        future, end, gated = self.comm.executor.issue(call, host_driven=self.host_driven,
-                                                      tensors=(a, b if isinstance(b, torch.Tensor) else
-                                                               getattr(b, "input", None)))
+        queue = self.comm.executor
+        future, end, gated = queue.issue(call, host_driven=self.host_driven, what=self.label,
+                                         tensors=(a, b if isinstance(b, torch.Tensor) else getattr(b, "input", None)))
         if future.done() and future.exception() is not None and not self.async_op:
             raise future.exception()
-        work = Work(future, self.plan.collective, self.plan.name, end=end, gated=gated, output=a)
+        work = Work(future, self.plan.collective, self.plan.name, end=end, gated=gated, output=a, queue=queue)
         if self.async_op:
             return work
         work.wait()

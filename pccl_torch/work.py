@@ -26,6 +26,40 @@ What a caller of a collective sees, and where it is decided (``docs/gpus.md``, "
     :meth:`Work.wait` falls back to waiting on the host for the worker (logged once).
 
   The worker thread sets its device once, when it starts.
+
+**The streams, and why the device's queue has no cycle.** Every stream pccl waits on or writes a gate on is its
+own (``pccl_torch.cuda_streams.new_stream``: created through the driver, never one of torch's 32 pool streams
+that ProcessGroupNCCL, FSDP2 and the user share), made once per owner, never per call:
+
+==================  ==========================  ============================================================
+stream              who queues on it            what
+==================  ==========================  ============================================================
+order (per group)   the issuing thread          waits for the caller's stream; gate waits; end events; NCCL
+                                                calls of device-only plans; device futures' copies out
+worker (per group)  the worker thread only      waits for the ``ready`` event of its call; the call's work;
+                                                the gate's write (last)
+staging down/up     the worker thread only      device-to-host / host-to-device copies of one transport
+(per transport)
+==================  ==========================  ============================================================
+
+A wait is never queued ahead of the write it waits for on the same stream: gate ``k``'s wait is on the order
+stream, its write on the worker stream, which holds nothing but the worker's own calls in FIFO order, each
+behind a ``ready`` event recorded on the order stream *before* gate ``k``'s wait (so before any wait the write
+could be stuck behind). The staging streams wait only for the worker stream's past, and each belongs to one
+transport (one worker): two groups' workers never share one. Nobody but pccl can queue work on these streams, so
+no user stream, torch Future callback or FSDP2 copy can sit between a wait and its write.
+
+**Failures** (NCCL's async error handling): a call that fails on the worker breaks the group (:attr:`Queue.failure`),
+its output is poisoned with NaN where it holds floats (never a half-written result that looks done; a mismatch,
+found before any data moved, leaves the buffer as given), and then its gate opens (the device never waits on a
+flag nobody will write). The error is raised by the next ``wait()``, ``synchronize()`` or call on the group, from
+any thread of the rank.
+
+**Capture**: a host-driven call under CUDA graph capture is refused with a :class:`~pccl_torch.errors.PcclError`
+naming capture and the plan; device-only plans are captured as NCCL's calls are.
+
+**Memory**: the caller's buffers are ``record_stream``-ed on the order stream (and the worker's for host-driven
+calls) at issue; a device future marks what its copies out write on the order stream, where they run.
 """
 
 from __future__ import annotations
@@ -40,6 +74,9 @@ from typing import Any
 
 import torch
 
+from pccl_torch.cuda_streams import _check, host_wait, new_stream
+from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError
+
 log = logging.getLogger(__name__)
 
 
@@ -50,7 +87,8 @@ class Work:
     stream after the collective and returns at once."""
 
     def __init__(self, future: concurrent.futures.Future[Any], collective: str, algorithm: str, *,
-                 end: torch.cuda.Event | None = None, gated: bool = True, output: Any = None) -> None:
+                 end: torch.cuda.Event | None = None, gated: bool = True, output: Any = None,
+                 queue: Queue | None = None) -> None:
         self._future = future
         self.collective = collective
         self.algorithm = algorithm
@@ -59,16 +97,17 @@ class Work:
         """Whether ``end`` follows the worker's part in stream order (else :meth:`wait` waits for it on the host)."""
         self._output = output
         """What the collective produces (the output tensor), known at issue on CUDA."""
+        self.queue = queue
+        """The group's queue (CUDA): its order stream, and the failure of any call of the group (raised here)."""
 
     def wait(self, timeout: float | None = None) -> bool:
         """CPU: block until done. CUDA: make the current stream wait for the collective and return; with
-        ``timeout``, or where the device cannot wait for the worker (no gate), block the host as well. Re-raises
-        the collective's error once known; ``TimeoutError`` after ``timeout`` s."""
+        ``timeout``, or where the device cannot wait for the worker (no gate), block the host as well. Raises the
+        collective's error, or (CUDA) that of any failed call of the group, once known; ``TimeoutError`` after
+        ``timeout`` s."""
         end = self._end
         if end is not None and timeout is None and self._gated:
-            error = self.exception()
-            if error is not None:
-                raise error
+            self._raise_failure()
             torch.cuda.current_stream().wait_event(end)
             return True
         try:
@@ -76,6 +115,7 @@ class Work:
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"{self.collective} ({self.algorithm}) not complete after {timeout} s") from None
         if end is not None:
+            self._raise_failure()
             torch.cuda.current_stream().wait_event(end)
             if timeout is not None:
                 end.synchronize()
@@ -85,7 +125,17 @@ class Work:
         """Block the host until the collective has finished, on the device too (torch's ``Work.synchronize``)."""
         self._future.result()
         if self._end is not None:
+            self._raise_failure()
             self._end.synchronize()
+
+    def _raise_failure(self) -> None:
+        """Raise this call's error, or the group's first failure (NCCL's async error handling: a call that failed on
+        the worker breaks the group, and every later wait of the rank raises)."""
+        error = self.exception()
+        if error is not None:
+            raise error
+        if self.queue is not None:
+            self.queue.raise_if_failed()
 
     def is_completed(self) -> bool:
         """True once the collective has finished (successfully or not), on the device too."""
@@ -115,7 +165,7 @@ class Work:
         """A ``torch.futures.Future`` completed with the output tensor (for DDP-style hooks). On CUDA it is
         device-aware and completed at once (:func:`device_future`), as NCCL's futures are."""
         if self._end is not None:
-            return device_future(self.wait, self._output)
+            return device_future(self, self._output)
         fut = torch.futures.Future()
 
         def forward(done: concurrent.futures.Future[Any]) -> None:
@@ -129,19 +179,34 @@ class Work:
         return fut
 
 
-def device_future(wait: Callable[[], Any], value: Any, then: Callable[[], Any] | None = None) -> torch.futures.Future:
-    """A device-aware ``torch.futures.Future`` holding ``value``, completed now: on a side stream that ran ``wait``
-    (a Work's wait: the stream waits for the collective) and then ``then`` (copies out, in stream order), so its
-    ``wait()``/``value()`` make the current stream wait for both, and the host never does (torch's NCCL futures)."""
-    stream = torch.cuda.Stream()
+def device_future(work: Work, value: Any, then: Callable[[], Any] | None = None) -> torch.futures.Future:
+    """A device-aware ``torch.futures.Future`` holding ``value``, completed now, on the group's order stream behind
+    ``work`` (a CUDA Work of that group): ``then`` (copies out) runs there in stream order, so the future's
+    ``wait()``/``value()`` make the current stream wait for both and the host never does (torch's NCCL futures).
+
+    The order stream, not a stream per call: it is pccl's own (``pccl_torch.cuda_streams``), ``work``'s end is
+    already on it, and the buffers the copies read were marked in use there at issue; every tensor of ``value``
+    (what ``then`` writes) is marked too, so the allocator keeps them until the copies are done."""
+    stream = work.queue.order_stream()
     stream.wait_stream(torch.cuda.current_stream())  # ``then`` may read what the caller queued
     with torch.cuda.stream(stream):
-        wait()
+        work.wait()  # the order stream waits for its own end (a no-op) or, without a gate, the host for the worker
         if then is not None:
+            for tensor in _tensors(value):
+                tensor.record_stream(stream)
             then()
-        fut = torch.futures.Future(devices=[torch.device("cuda", torch.cuda.current_device())])
+        fut = torch.futures.Future(devices=[stream.device])
         fut.set_result(value)
     return fut
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors of ``value`` (a tensor, or (nested) lists of them)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _tensors(item)]
+    return []
 
 
 def _run(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
@@ -174,14 +239,15 @@ class HostGate:
         return _driver_stream_memops() is not None
 
     @classmethod
-    def tried(cls, device: torch.device) -> HostGate:
-        """A gate whose wait and write were tried once on a private stream (a device without stream memory
-        operations fails here, ``RuntimeError``, not in a collective)."""
+    def tried(cls, device: torch.device, stream: torch.cuda.Stream) -> HostGate:
+        """A gate whose write and wait were tried once on ``stream`` (pccl's own, idle: the write is queued first,
+        so the wait behind it cannot block anything). A device without stream memory operations fails here,
+        ``RuntimeError``, not in a collective. Waited for by an event, as sync-debug mode allows."""
         gate = cls(device)
-        probe = torch.cuda.Stream(device)
-        number = gate.close_behind(probe)
-        gate.open_after(torch.cuda.Stream(device), number)
-        probe.synchronize()
+        number = gate.issued + 1
+        gate.open_after(stream, number)
+        gate.close_behind(stream)
+        host_wait(stream)
         return gate
 
     def close_behind(self, stream: torch.cuda.Stream) -> int:
@@ -197,11 +263,6 @@ class HostGate:
         _, write = self._driver
         _check(write(ctypes.c_void_p(stream.cuda_stream), ctypes.c_uint64(self._address),
                      ctypes.c_uint32(number & 0xFFFFFFFF), ctypes.c_uint(self._WRITE_DEFAULT)), "cuStreamWriteValue32")
-
-
-def _check(status: int, what: str) -> None:
-    if status != 0:
-        raise RuntimeError(f"{what} failed with CUDA driver error {status}")
 
 
 @functools.cache
@@ -241,6 +302,8 @@ class Queue:
         self._gate: HostGate | None = None
         self._gate_tried = False
         self._warned = False
+        self.failure: BaseException | None = None
+        """The first error of a call the worker ran on CUDA tensors: the group is broken from then on."""
 
     # -- CPU -----------------------------------------------------------------------------------------------
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
@@ -278,27 +341,43 @@ class Queue:
 
     # -- CUDA ----------------------------------------------------------------------------------------------
     def order_stream(self) -> torch.cuda.Stream:
-        """The stream every call of the communicator is ordered on (created at the first CUDA call)."""
+        """The stream every call of the communicator is ordered on (pccl's own, made at the first CUDA call)."""
         if self._order is None:
-            self._order = torch.cuda.Stream(self.cuda)
+            self._order = new_stream(self.cuda)
         return self._order
 
-    def issue(self, fn: Callable[[], Any], *, host_driven: bool, tensors: tuple[torch.Tensor | None, ...] = ()
-              ) -> tuple[concurrent.futures.Future[Any], torch.cuda.Event, bool]:
+    def raise_if_failed(self) -> None:
+        """``CommunicatorBrokenError`` (caused by the first failure) once a call of the group failed on the worker."""
+        failure = self.failure
+        if failure is not None:
+            raise CommunicatorBrokenError(
+                f"pccl group '{self._name}' is broken: a collective failed on its worker ({failure}); every later "
+                "wait, synchronize and call of this rank raises, as NCCL's async error handling does") from failure
+
+    def issue(self, fn: Callable[[], Any], *, host_driven: bool, tensors: tuple[torch.Tensor | None, ...] = (),
+              what: str = "a collective") -> tuple[concurrent.futures.Future[Any], torch.cuda.Event, bool]:
         """Enqueue ``fn`` (a call on CUDA tensors) in the group's order; returns (its future, the end event, whether
         the end follows the call in stream order). Never waits on the host for the network.
 
         ``host_driven`` False: every level is a device library; ``fn`` enqueues its NCCL calls on the order stream
         now, in this thread (or, while earlier calls are still on the worker, on the worker after them, behind the
         gate, as a host-driven call). True: the worker runs it behind the gate (module docstring). ``tensors``
-        (the caller's buffers) are marked in use by pccl's streams, so that the caching allocator does not hand
-        their memory out again before the call is done with it, whenever the caller frees them."""
-        caller = torch.cuda.current_stream(self.cuda)
-        order = self.order_stream()
-        order.wait_stream(caller)  # the dependency on the caller's work, taken at issue
+        (the caller's buffers, the output first) are marked in use by pccl's streams, so that the caching allocator
+        does not hand their memory out again before the call is done with it, whenever the caller frees them.
+        ``what`` names the call and its plan in errors. Raises before anything is queued on a broken group, and
+        for a host-driven call under CUDA graph capture."""
+        self.raise_if_failed()
         if not host_driven and self.busy and self._gate_or_none() is not None:
             host_driven = True  # earlier calls still on the worker: this one follows them there, behind the gate,
             # rather than this thread waiting for them (it may use a level they use: the control level, with checks)
+        if host_driven and torch.cuda.is_current_stream_capturing():
+            raise PcclError(
+                f"pccl cannot capture {what} in a CUDA graph: it crosses MPI between nodes, which a thread of the "
+                "host drives (a graph replays device work only). Issue it outside the capture, or capture only "
+                "calls whose every level is NCCL (torchrun, one node), which are captured as NCCL's are")
+        caller = torch.cuda.current_stream(self.cuda)
+        order = self.order_stream()
+        order.wait_stream(caller)  # the dependency on the caller's work, taken at issue
         worker = self.worker_stream() if host_driven else None
         for tensor in tensors:
             if tensor is not None:
@@ -319,7 +398,8 @@ class Queue:
         number = gate.close_behind(order) if gate is not None else 0
         end = torch.cuda.Event()
         end.record(order)
-        future = self.submit(functools.partial(self._behind_gate, fn, ready, gate, number))
+        output = tensors[0] if tensors else None
+        future = self.submit(functools.partial(self._behind_gate, fn, ready, gate, number, output))
         if gate is None and not self._warned:
             self._warned = True
             log.warning("pccl: this CUDA driver has no stream memory operations (cuStreamWaitValue32): waits on "
@@ -327,24 +407,44 @@ class Queue:
         return future, end, gate is not None
 
     def _behind_gate(self, fn: Callable[[], Any], ready: torch.cuda.Event, gate: HostGate | None,
-                     number: int) -> Any:
-        """The worker's part: ``fn`` on the worker's stream after ``ready``; then the gate opens behind its copies
-        (also when it failed: the device must never wait for a flag nobody will write)."""
+                     number: int, output: torch.Tensor | None) -> Any:
+        """The worker's part: ``fn`` on the worker's stream after ``ready``; then the gate opens behind its copies.
+
+        A failure breaks the group first (:attr:`failure`: every later wait, synchronize and call of the rank
+        raises), then poisons ``output`` (NaN where it holds floats: a consumer already queued behind the gate reads
+        NaN, never a half-written result that looks done; a mismatch found before any data moved leaves it as it
+        was), and only then opens the gate: the device must never wait for a flag nobody will write."""
         stream = self.worker_stream()
         stream.wait_event(ready)
         try:
             with torch.cuda.stream(stream):
                 return fn()
+        except BaseException as exc:
+            self._fail(exc, stream, output)
+            raise
         finally:
             if gate is not None:
                 gate.open_after(stream, number)
             else:
-                stream.synchronize()  # no gate: the end event must not fire before the results are there
+                host_wait(stream)  # no gate: the end event must not fire before the results are there
+
+    def _fail(self, exc: BaseException, stream: torch.cuda.Stream, output: torch.Tensor | None) -> None:
+        """Record the group's first failure and poison ``output`` in ``stream``'s order (see :meth:`_behind_gate`)."""
+        if self.failure is None:
+            self.failure = exc
+        if isinstance(exc, PcclMismatchError):
+            return  # found before any data moved: ``output`` holds what the caller gave, not a half-written result
+        if output is not None and output.is_floating_point():
+            try:
+                with torch.cuda.stream(stream):
+                    output.fill_(float("nan"))
+            except Exception as poison:  # noqa: BLE001 - the device may be what failed; the gate must open anyway
+                log.error("pccl: could not poison the output of a failed call (%s)", poison)
 
     def worker_stream(self) -> torch.cuda.Stream:
-        """The stream the worker's part of a host-driven call runs on (created by the issuing thread)."""
+        """The stream the worker's part of a host-driven call runs on (pccl's own, made by the issuing thread)."""
         if self._worker_stream is None:
-            self._worker_stream = torch.cuda.Stream(self.cuda)
+            self._worker_stream = new_stream(self.cuda)
         return self._worker_stream
 
     def _gate_or_none(self) -> HostGate | None:
@@ -354,7 +454,7 @@ class Queue:
             self._gate_tried = True
             if HostGate.available():
                 try:
-                    self._gate = HostGate.tried(self.cuda)
+                    self._gate = HostGate.tried(self.cuda, self.worker_stream())  # idle: no host-driven call yet
                 except RuntimeError as exc:
                     log.warning("pccl: the CUDA driver's stream memory operations failed (%s)", exc)
         return self._gate

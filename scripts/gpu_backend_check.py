@@ -4,6 +4,7 @@ ranks may share one GPU (nothing here builds an NCCL communicator of several ran
 is the heuristic's flat choice on one node, DDP skips its initial broadcast, which pccl hands to NCCL).
 
     mpiexec -n 2 python scripts/gpu_backend_check.py --json backend.json --steps 4
+    mpiexec -n 2 env PCCL_LOCAL_SIZE=1 python scripts/gpu_backend_check.py --steps 40 --min-calls 200 --hang-after 150
 
 Every check runs on every rank and is reported (status pass / fail / xfail with a reason, losses of both
 runs); rank 0 writes ``--json``. Exit status 1 if a check failed (an xfail is not a failure).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import inspect
 import json
 import sys
@@ -232,7 +234,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--min-calls", type=int, default=0,
+                        help="fail unless pccl ran at least this many calls on the group's CUDA communicators (the "
+                             "soak: with PCCL_LOCAL_SIZE=1 under mpiexec every one is host-driven)")
+    parser.add_argument("--hang-after", type=float, default=0,
+                        help="seconds after which every thread's stack is printed and the rank exits (a device "
+                             "deadlock cannot be interrupted otherwise); 0: never")
     args = parser.parse_args()
+    if args.hang_after > 0:
+        faulthandler.dump_traceback_later(args.hang_after, exit=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     world = MPI.COMM_WORLD
@@ -270,6 +280,11 @@ def main() -> int:
             if name in checks.losses:
                 results[name]["losses"] = checks.losses[name]
             world.Barrier()
+        if args.min_calls:
+            ran = sum(checks.cuda_calls().values())
+            results["soak"] = {"status": "pass" if ran >= args.min_calls else "fail",
+                               "reason": f"{ran} calls on the CUDA communicators (at least {args.min_calls} asked)"}
+    faulthandler.cancel_dump_traceback_later()
     gathered = world.gather(results, root=0)
     code = 0
     if rank == 0:

@@ -48,7 +48,8 @@ ONLY=${GPU_CHECK_ONLY:-}
 SET=${GPU_CHECK_SET:-contract}
 # The default set (GPU_CHECK_SET=contract), by name prefix: issue 52's contract first, then the older sections
 # that fit beside it in one call.
-DEFAULT_SET="torchrun- plans- mpi-contract fifo-cpu- backend-n2 staging-cuda streams-cuda kernels bench-float32"
+DEFAULT_SET="rules-cuda soak-n2 torchrun- plans- mpi-contract fifo-cpu- backend-n2 staging-cuda kernels"
+DEFAULT_SET+=" bench-float32"
 DEFAULT_SET+=" api-n4-L2"
 RESERVE_S=20       # kept back for the summary
 MIN_SECTION_S=20   # a section given less than this is skipped instead
@@ -76,8 +77,19 @@ export MPIR_CVAR_ENABLE_GPU=0
 unset TRITON_INTERPRET PCCL_KERNELS PCCL_ALGO PCCL_LOCAL_SIZE PCCL_CUDA_AWARE_MPI PCCL_DEBUG PCCL_WAIT
 export PCCL_PROFILE=none
 
+# GPU_CHECK_DRY_RUN=1: nothing runs; every section of the set is listed in order with the seconds it is given
+# (its cap, within the budget, as a real call would give it), and the total (bash scripts/gpu_check.sh on CPU).
+DRY_RUN=${GPU_CHECK_DRY_RUN:-0}
+DRY_ELAPSED=0
+# Expected seconds of a section on the GPU machine (its cap is the limit): none has run on a GPU yet, so these are
+# estimates: the CPU run of the same test or launch plus CUDA/NCCL start-up (~5-10 s a process), and issue 52's
+# "contract launches ~4 minutes". The dry run adds these up; a real run measures them (summary.txt).
+declare -A EXPECTED_S=([rules-cuda]=25 [soak-n2]=60 [torchrun-nccl]=45 [torchrun-pccl]=60 [torchrun-pccl-2nodes]=50
+    [plans-n4]=60 [mpi-contract]=45 [fifo-cpu-n2]=15 [fifo-cpu-n3]=15 [backend-n2]=50 [staging-cuda]=40
+    [streams-cuda]=20 [kernels]=60 [bench-float32]=40 [api-n4-L2]=80)
+
 # -- helpers -------------------------------------------------------------------------------------------------
-elapsed() { echo $(( $(date +%s) - START )); }
+elapsed() { if [ "$DRY_RUN" = 1 ]; then echo "$DRY_ELAPSED"; else echo $(( $(date +%s) - START )); fi; }
 
 record() {  # name kind rc seconds limit note  ->  one line of sections.tsv
     local note=${6//$'\t'/ }
@@ -137,6 +149,15 @@ run_section() {  # name kind cap_s log -- command...: under `timeout`, within th
         skip "$name" "budget: ${remaining}s of GPU_CHECK_BUDGET_S=${BUDGET_S} left, it may take ${cap}s"
         return 0
     fi
+    if [ "$DRY_RUN" = 1 ]; then
+        local expect=${EXPECTED_S[$name]:-$limit}
+        [ "$expect" -gt "$limit" ] && expect=$limit
+        DRY_ELAPSED=$(( DRY_ELAPSED + expect ))
+        record "$name" "$kind" plan "$expect" "$limit" "$*"
+        printf 'plan %-22s expected %3ss, limit %3ss, done by %3ss: %s\n' "$name" "$expect" "$limit" "$DRY_ELAPSED" \
+            "$(echo "$*" | cut -c1-110)"
+        return 0
+    fi
     echo ">>> [$(elapsed)s] $name (limit ${limit}s): $*"
     local t0 rc dt
     t0=$(date +%s)
@@ -161,7 +182,11 @@ jget() {  # key: a field of env.json ("" when absent)
         "$WORK/env.json" "$1" 2>/dev/null
 }
 
-# -- 0. what is here, and what it takes to run (always runs) -------------------------------------------------
+# -- 0. what is here, and what it takes to run (always runs; a dry run assumes everything is there) ---------------
+if [ "$DRY_RUN" = 1 ]; then
+    HAVE_CUDA=1 HAVE_MPI=1 HAVE_PCCL=1 MPIEXEC=mpiexec
+    jget() { :; }
+else
 ENV_LOG=$WORK/env.out
 ENV_PROBLEMS=()
 {
@@ -272,6 +297,7 @@ cp "$ENV_LOG" "$OUT/env.log"
 record env normal "$([ ${#ENV_PROBLEMS[@]} -eq 0 ] && echo 0 || echo 1)" $(( $(date +%s) - t_env )) - \
     "${ENV_PROBLEMS[*]:-torch+CUDA, triton, mpi4py+mpiexec, pccl_torch all usable}"
 echo "env: ${ENV_PROBLEMS[*]:-all usable} ($(elapsed)s)"
+fi
 
 NO_GPU=""
 [ "$HAVE_CUDA" = 1 ] || NO_GPU="torch sees no CUDA device"
@@ -290,6 +316,26 @@ fi
 # The driver's unnamed (auto) calls (async check): a flat MPI algorithm where NCCL cannot work.
 FLAT_AUTO="all_gather:mpi,reduce_scatter:mpi,all_reduce:mpi,all_to_all:mpi"
 DRIVER=(tests/multiprocess/driver.py --device cuda --no-large)
+
+# -- 0b. the CUDA rules of issue 56, first: each a test that fails on the code before its fix ------------------
+# rules-cuda: tests/unit/test_cuda_rules.py (pccl's own streams, no hang over 200 host-driven calls with futures on
+# pool streams, the gate in sync-debug "error" mode, a failed call raising at the next wait with its consumer
+# reading NaN, the copy-out buffer kept alive, graph capture refused or captured) and test_work_cuda.py (enqueue
+# and return, the gate, a device call behind a busy worker). ~20 s expected (one process; CUDA start-up).
+# soak-n2: mpiexec, 2 emulated nodes of 1 rank (every CUDA call host-driven), the pccl backend: DDP and FSDP2
+# steps until >= 200 calls ran on the group's CUDA communicator; a hang prints every rank's stacks and fails.
+if [ -n "$NO_GPU" ]; then
+    skip rules-cuda "$NO_GPU"
+else
+    run_section rules-cuda normal 60 backend.log -- "$PY" -m pytest tests/unit/test_cuda_rules.py \
+        tests/unit/test_work_cuda.py -q -p no:cacheprovider -rs
+fi
+if [ -n "$NO_GPU$NO_MPI" ]; then
+    skip soak-n2 "${NO_GPU}${NO_GPU:+${NO_MPI:+; }}${NO_MPI}"
+else
+    run_section soak-n2 normal 120 backend.log -- "$MPIEXEC" -n 2 env PCCL_LOCAL_SIZE=1 "${NCCL_TWO_HOSTS[@]}" \
+        "$PY" scripts/gpu_backend_check.py --json "$WORK/soak-n2.json" --steps 40 --min-calls 200 --hang-after 100
+fi
 
 # -- 1. the CUDA contract of issue 52 (item 4), judged against NCCL's own run --------------------------------
 # Two ranks on the one GPU under torchrun: each rank's NCCL_HOSTID is set by the script (--hostid-per-rank), so
@@ -483,6 +529,12 @@ else
 fi
 
 # -- summary -----------------------------------------------------------------------------------------------
+if [ "$DRY_RUN" = 1 ]; then
+    echo "dry run: $(grep -c $'\tplan\t' "$WORK/sections.tsv") sections planned, expected ${DRY_ELAPSED}s in all" \
+        "(GPU_CHECK_BUDGET_S=${BUDGET_S}, ${RESERVE_S}s kept for the summary; sections past the budget are skipped):"
+    grep $'\tskip\t' "$WORK/sections.tsv" | grep -v 'not in the default set' | cut -f1,6 | sed 's/^/skip /'
+    exit 0
+fi
 if ! "$PY" scripts/gpu_check_lib.py summary "$WORK" "$OUT" >"$WORK/summary.out" 2>&1; then
     { echo "summary failed:"; cat "$WORK/summary.out"; echo; echo "sections.tsv:"; cat "$WORK/sections.tsv"; } \
         >"$OUT/summary.txt"

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from pccl_torch import scratch
+from pccl_torch.cuda_streams import host_wait
 from pccl_torch.profiling import chunk_step
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport
@@ -79,7 +80,7 @@ def staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport], *, c
     copy = torch.empty(tensor.shape, dtype=dtype, pin_memory=True)
     if contents:  # converted on the device if need be, one copy into page-locked memory, after the caller's work
         transfer(tensor, copy, non_blocking=True)
-        torch.cuda.current_stream(tensor.device).synchronize()
+        host_wait(torch.cuda.current_stream(tensor.device))  # MPI reads the host copy (docs/gpus.md)
     return copy
 
 

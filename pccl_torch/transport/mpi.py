@@ -34,6 +34,7 @@ import torch
 from mpi4py import MPI
 
 from pccl_torch import failure_notice, hotpath, watchdog
+from pccl_torch.cuda_streams import host_wait
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import COMPRESSED_ALL_TO_ALL, Transport, check_split_counts
@@ -164,7 +165,7 @@ def _buffer(tensor: torch.Tensor, datatype: "MPI.Datatype" = MPI.BYTE) -> Any:
     """``[buffer, datatype]`` over a contiguous tensor's memory, without a copy; CUDA tensors (CUDA-aware
     MPI only) by ``__cuda_array_interface__`` once their stream is done."""
     if tensor.is_cuda:
-        torch.cuda.current_stream(tensor.device).synchronize()
+        host_wait(torch.cuda.current_stream(tensor.device))  # MPI reads device memory outside stream order
         return [tensor.reshape(-1).view(torch.uint8) if datatype == MPI.BYTE else tensor, datatype]
     if not tensor.is_contiguous():
         raise ValueError("internal error: MPI buffers must be contiguous tensors")

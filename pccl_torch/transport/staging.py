@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pccl_torch.cuda_streams import new_stream
+
 CHUNK_BYTES = 4 << 20
 """Bytes of one chunk of a staged message: large enough that MPI runs near link speed on it (a chunk is one MPI
 call), small enough that a 16 MiB message already overlaps four ways."""
@@ -115,7 +117,7 @@ class HostStaging:
                 copied[-1].record(down)
         try:
             for chunk, event in zip(chunks, copied):
-                event.synchronize()
+                event.synchronize()  # the host's one wait here: MPI reads these host bytes (docs/gpus.md)
                 chunk.work()
                 with torch.cuda.stream(up):
                     _copy(chunk.up, non_blocking=True)
@@ -128,7 +130,7 @@ class HostStaging:
         index = device.index if device.index is not None else torch.cuda.current_device()
         streams = self._streams.get(index)
         if streams is None:
-            streams = self._streams[index] = (torch.cuda.Stream(index), torch.cuda.Stream(index))
+            streams = self._streams[index] = (new_stream(index), new_stream(index))  # pccl's own: see cuda_streams
         return streams
 
 
