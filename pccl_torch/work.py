@@ -307,9 +307,13 @@ class Queue:
 
     # -- CPU -----------------------------------------------------------------------------------------------
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        """Queue ``fn``; its future holds the result or the error (inline: already done on return)."""
+        """Queue ``fn``; its future holds the result or the error (inline: already done on return). On CUDA the
+        device's one worker runs it (:class:`DeviceWorker`), after every call queued before on any group."""
         if self.inline:
             return _run(fn)
+        if self.cuda is not None:
+            self._last = device_worker(self.cuda).submit(fn)
+            return self._last
         with self._lock:
             if self._pool is None:
                 initializer = (functools.partial(torch.cuda.set_device, self.cuda) if self.cuda is not None
@@ -335,8 +339,8 @@ class Queue:
 
     @property
     def busy(self) -> bool:
-        """Whether calls may still be queued or running on the worker."""
-        last = self._last
+        """Whether calls may still be queued or running on the worker (CUDA: the device's, any group's calls)."""
+        last = device_worker(self.cuda).last if self.cuda is not None else self._last
         return last is not None and not last.done()
 
     # -- CUDA ----------------------------------------------------------------------------------------------
@@ -460,9 +464,48 @@ class Queue:
         return self._gate
 
     def shutdown(self) -> None:
+        if self.cuda is not None:  # the device's worker serves other groups too: wait for this group's calls only
+            self.drain()
+            return
         with self._lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
             self._last = None
 
+
+class DeviceWorker:
+    """The one thread that runs the host-driven calls of every group on one CUDA device, in issue order.
+
+    Why one a device, not one a group: a host-driven plan's NCCL parts (inside the node) are enqueued by the worker,
+    after MPI steps whose timing differs between ranks. With a worker per group, two groups' NCCL enqueues (and the
+    calling thread's, for device-only plans issued meanwhile) would interleave in an order set by that timing, which
+    can differ between ranks: a hang where NCCL serialises communicators (``CUDA_DEVICE_MAX_CONNECTIONS=1``). With
+    one worker a device, and a device-only call issued while it is busy sent behind it (:meth:`Queue.issue`), every
+    NCCL enqueue of the device happens in the order calls were issued, on every rank that issues them alike, which
+    is the order NCCL itself asks of its users. The cost: two groups' MPI steps between nodes no longer overlap."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"pccl-cuda{device.index}",
+                                                          initializer=functools.partial(torch.cuda.set_device, device))
+        self.last: concurrent.futures.Future[Any] | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        with self._lock:
+            self.last = self.pool.submit(fn)
+            return self.last
+
+
+_DEVICE_WORKERS: dict[int, DeviceWorker] = {}
+_DEVICE_WORKERS_LOCK = threading.Lock()
+
+
+def device_worker(device: torch.device) -> DeviceWorker:
+    """The device's :class:`DeviceWorker` (started at its first host-driven call; lives as long as the process)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    worker = _DEVICE_WORKERS.get(index)
+    if worker is None:
+        with _DEVICE_WORKERS_LOCK:
+            worker = _DEVICE_WORKERS.setdefault(index, DeviceWorker(torch.device("cuda", index)))
+    return worker

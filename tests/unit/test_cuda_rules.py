@@ -178,6 +178,27 @@ def test_a_host_driven_call_under_graph_capture_is_refused_by_name(monkeypatch) 
         queue.issue(lambda: None, host_driven=True, what="all_gather (plan hier:ring)")
 
 
+def test_every_group_of_a_device_queues_its_host_driven_calls_on_one_thread_in_issue_order(monkeypatch) -> None:
+    """Rule 6 (one order of NCCL enqueues a rank): two groups' host-driven calls run on the device's one worker, in
+    issue order, and a group sees the device's worker busy with another group's call (so its own device-only calls
+    follow it, rather than enqueueing NCCL beside it). Fails before: each group had its own worker (``b.busy``)."""
+    from pccl_torch import work
+
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)  # the worker's one call of CUDA, at start
+    monkeypatch.setattr(work, "_DEVICE_WORKERS", {})
+    cuda0 = torch.device("cuda", 0)
+    a, b = Queue("a", device=cuda0), Queue("b", device=cuda0)
+    release, seen = threading.Event(), []
+    first = a.submit(lambda: (release.wait(5), seen.append(("a", threading.current_thread().name))))
+    assert b.busy, "group b must see the device's worker busy with group a's call"
+    second = b.submit(lambda: seen.append(("b", threading.current_thread().name)))
+    release.set()
+    concurrent.futures.wait([first, second])
+    assert [group for group, _ in seen] == ["a", "b"] and seen[0][1] == seen[1][1], seen
+    b.shutdown()
+    assert not a.busy
+
+
 def _done(value: object) -> concurrent.futures.Future:
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result(value)
