@@ -64,10 +64,13 @@ def combine_in_rank_order(fmt: WireFormat, own: torch.Tensor, received: list[tor
             fmt.decode_accumulate(wire, acc, op)
 
 
-def _sizes(t: Transport, nbytes: int) -> list[int]:
-    """Every rank's ``nbytes`` (an all-gather of one int64 each)."""
-    mine = torch.tensor([nbytes], dtype=torch.int64)
-    every = torch.empty(t.size, dtype=torch.int64)
+def _sizes(t: Transport, nbytes: int, data_device: torch.device) -> list[int]:
+    """Every rank's ``nbytes`` (an all-gather of one int64 each), on the level's control device: the host where it
+    takes host memory (MPI, gloo), else the data's device (NCCL refuses host tensors; reading the sizes back is then
+    a device-to-host copy, listed in docs/gpus.md)."""
+    device = t.control_device(data_device)
+    mine = torch.tensor([nbytes], dtype=torch.int64, device=device)
+    every = torch.empty(t.size, dtype=torch.int64, device=device)
     t.native_all_gather(every, mine)
     return every.tolist()
 
@@ -75,7 +78,7 @@ def _sizes(t: Transport, nbytes: int) -> list[int]:
 def gather_wires(t: Transport, wire: torch.Tensor, fixed: int | None) -> tuple[torch.Tensor, int]:
     """Every rank's wire bytes in rank order, end to end in one buffer, and the width of each."""
     if fixed is None:  # variable size: pad everyone's to the largest
-        width = aligned(max(_sizes(t, wire.numel())))
+        width = aligned(max(_sizes(t, wire.numel(), wire.device)))
         padded = torch.zeros(width, dtype=torch.uint8, device=wire.device)
         padded[:wire.numel()].copy_(wire)
         wire = padded

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from typing import Any
 from collections.abc import Sequence
 
 import torch
@@ -52,15 +53,15 @@ class TorchGroupTransport(Transport):
         """Both at once: NCCL's pair goes in one group (``ncclGroupStart``/``End``, what ``batch_isend_irecv``
         does), since an unbatched send waits for its receiver past NCCL's buffering and two ranks sending to each
         other first would hang; gloo's send returns at once."""
-        batched = not self.host_capable and hasattr(self.group, "_group_start")
-        if batched:
-            self.group._group_start()
+        nccl = None if self.host_capable else _nccl_backend(self.group)
+        if nccl is not None:
+            nccl._group_start()
         try:
             outgoing = self.group.send([send], dest, 0)
             incoming = self.group.recv([recv], source, 0)
         finally:
-            if batched:
-                self.group._group_end()
+            if nccl is not None:
+                nccl._group_end()
         self._wait([incoming, outgoing], [source, dest], f"exchange with ranks {source}/{dest}")
 
     def start_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> dist.Work:
@@ -132,3 +133,16 @@ class TorchGroupTransport(Transport):
             else:
                 self.group.shutdown()
         self.group = None
+
+
+def _nccl_backend(group: dist.ProcessGroup) -> Any | None:
+    """The NCCL backend of ``group`` (which has ``_group_start``/``_group_end``): the group itself where it is one,
+    else its CUDA backend, as torch's own abort finds it (a ``new_group`` / ``new_subgroups_by_enumeration``
+    group is a ProcessGroup wrapping it: before, such groups' probe pairs went unbatched); None for other libraries."""
+    if hasattr(group, "_group_start"):
+        return group
+    try:
+        backend = group._get_backend(torch.device("cuda"))
+    except (RuntimeError, AttributeError):
+        return None
+    return backend if hasattr(backend, "_group_start") else None

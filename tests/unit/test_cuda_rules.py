@@ -199,6 +199,24 @@ def test_every_group_of_a_device_queues_its_host_driven_calls_on_one_thread_in_i
     assert not a.busy
 
 
+def test_a_probe_pair_on_a_wrapped_nccl_group_is_batched() -> None:
+    """Rule 8: ``new_group`` / ``new_subgroups_by_enumeration`` groups wrap their NCCL backend; the send/recv pair of
+    a link probe must find it (as torch's abort does) and run as one NCCL group. Fails before: only a bare backend
+    with ``_group_start`` was batched, and the wrapped one's pair went unbatched (two ranks sending first hang)."""
+    from types import SimpleNamespace
+
+    from pccl_torch.transport.torch_group import _nccl_backend
+
+    nccl = SimpleNamespace(_group_start=lambda: None, _group_end=lambda: None)
+    assert _nccl_backend(nccl) is nccl
+    assert _nccl_backend(SimpleNamespace(_get_backend=lambda device: nccl)) is nccl
+
+    def gloo_only(device: torch.device):
+        raise RuntimeError(f"No backend type associated with device type {device.type}")
+
+    assert _nccl_backend(SimpleNamespace(_get_backend=gloo_only)) is None
+
+
 def _done(value: object) -> concurrent.futures.Future:
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result(value)
