@@ -3,6 +3,7 @@ between its namespaces a plain TCP ping-pong (RTT) and a one-way TCP bulk transf
 relay's CPU use over the transfer (from /proc/<pid>/stat). Needs root; tears down what it builds.
 
     python scripts/testbed_delay_check.py --rates 200mbit,1gbit --rtts 500us,5ms,25ms --seconds 3 --prefix pd58
+    python scripts/testbed_delay_check.py --relay python ...    # the Python relay (default: C where cc is found)
 
 Prints one JSON line per point: asked RTT and rate, measured RTT (median/min/max ms), rate (Mbit/s), and the
 relay's CPU in percent of one core during the transfer.
@@ -60,17 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="pdelay")
     parser.add_argument("--mtu", type=int, help="link MTU (default: the testbed's)")
     parser.add_argument("--method", default="auto", choices=net.DELAY_METHODS)
+    parser.add_argument("--relay", default="auto", choices=net.RELAY_IMPLS)
     args = parser.parse_args(argv)
     for rate in args.rates.split(","):
         for rtt in args.rtts.split(","):
             config = TestbedConfig(nodes=2, rate=rate, delay=rtt, prefix=args.prefix, mtu=args.mtu,
-                                   delay_method=args.method)
+                                   delay_method=args.method, relay_impl=args.relay)
             try:
                 net.up(config)
                 found = measure(config, args.seconds)
             finally:
                 net.down(config.prefix)
-            print(json.dumps({"rate": rate, "rtt_asked": rtt, "mtu": config.link_mtu, **found}), flush=True)
+            print(json.dumps({"rate": rate, "rtt_asked": rtt, "mtu": config.link_mtu, "relay": args.relay, **found}),
+                  flush=True)
     return 0
 
 

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "quarter per link end; packets are never reordered)")
     up.add_argument("--delay-method", choices=net.DELAY_METHODS, default="auto",
                     help="how --delay is made: auto (netem if the kernel has it, else the relay), netem, relay")
+    up.add_argument("--relay", choices=net.RELAY_IMPLS, default="auto",
+                    help="which relay: auto (C, compiled once with the system's cc, where there is one; else Python), "
+                         "c, python")
     up.add_argument("--mtu", type=int, help=f"MTU of the links (default {net.PLAIN_MTU}, {net.DELAY_MTU} with "
                                             "--delay: fewer frames for the relay)")
     up.add_argument("--subnet", default=net.DEFAULT_SUBNET, help=f"node addresses (default {net.DEFAULT_SUBNET})")
@@ -100,7 +103,8 @@ def _relay_line(relay: net.RelayStatus) -> str:
     """``pid 4103, running, CPU 3.2 s (16.1% of a core since it started)`` or why it is not running."""
     if not relay.alive:
         return f"NOT RUNNING (recorded pid {relay.pid or 'none'})"
-    return f"pid {relay.pid}, running, CPU {relay.cpu_s:.1f} s ({relay.cpu_percent:.1f}% of a core since it started)"
+    return (f"pid {relay.pid} ({relay.impl}), running, CPU {relay.cpu_s:.1f} s ({relay.cpu_percent:.1f}% of a core "
+            "since it started)")
 
 
 def _launch(args: argparse.Namespace, command: list[str]) -> int:
@@ -124,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         congestion_control = None if args.congestion_control == "host" else args.congestion_control
         config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
                                delay=args.delay, jitter=args.jitter, delay_method=args.delay_method,
-                               mtu=args.mtu, prefix=args.prefix, subnet=args.subnet,
+                               relay_impl=args.relay, mtu=args.mtu, prefix=args.prefix, subnet=args.subnet,
                                congestion_control=congestion_control)
         built = net.up(config)
         running = net.running_congestion_control(config.prefix)  # the host's where the configured one is refused

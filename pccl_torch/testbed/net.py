@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import ipaddress
 import json
 import logging
@@ -75,6 +76,10 @@ _SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _MIN_BURST = 32 << 10
 DELAY_METHODS = ("auto", "netem", "relay")
 """How ``--delay`` is made: ``auto`` (netem where the kernel has it, else the relay), or one of them by name."""
+RELAY_IMPLS = ("auto", "c", "python")
+"""Which relay: ``auto`` (the C one where a C compiler is found, else Python's), or one of them by name."""
+RELAY_SOURCE = Path(relay.__file__).with_name("relay.c")
+RELAY_BINARY = "pccl-relay"
 DELAY_METHOD_FILE = "delay_method"
 """In the state folder: how the delay was made (``netem`` or ``relay``; empty without delay)."""
 PLAIN_MTU = 1500
@@ -135,6 +140,9 @@ class TestbedConfig:
     """Largest change of the round-trip time either way (a quarter on each link end); never reorders packets."""
     delay_method: str = "auto"
     """How the delay is made: ``auto`` (netem where the kernel has it, else the relay), ``netem``, ``relay``."""
+    relay_impl: str = "auto"
+    """Which relay adds the delay where netem does not: ``auto`` (C, compiled by ``up``, where a C compiler is
+    found; else Python), ``c``, ``python``."""
     mtu: int | None = None
     """MTU of the links; None: 1500, or 65000 on links with delay."""
     prefix: str = DEFAULT_PREFIX
@@ -178,6 +186,8 @@ class TestbedConfig:
                              "shorter than zero)")
         if self.delay_method not in DELAY_METHODS:
             raise ValueError(f"delay method {self.delay_method!r} must be one of {', '.join(DELAY_METHODS)}")
+        if self.relay_impl not in RELAY_IMPLS:
+            raise ValueError(f"relay {self.relay_impl!r} must be one of {', '.join(RELAY_IMPLS)}")
 
     @property
     def rtt_s(self) -> float | None:
@@ -285,6 +295,8 @@ class RelayStatus:
     """CPU time it has used (user + system), from ``/proc/<pid>/stat``."""
     cpu_percent: float | None = None
     """``cpu_s`` over its lifetime, in percent of one core."""
+    impl: str | None = None
+    """``c`` or ``python`` (None: not running)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,10 +578,52 @@ RELAY_START_S = 10.0
 """How long ``up`` waits for the relay to attach to every TAP device."""
 
 
-def relay_command(config: TestbedConfig) -> list[str]:
-    """The command line that starts ``config``'s relay, detached (``down`` finds it by its script and prefix)."""
-    return [sys.executable, relay.__file__, "--prefix", config.prefix, "--nodes", str(config.nodes), "--delay",
-            config.delay or "0ms", "--jitter", config.jitter or "0ms", "--state", str(config.state_dir), "--detach"]
+def relay_command(config: TestbedConfig, binary: Path | None = None) -> list[str]:
+    """The command line that starts ``config``'s relay, detached: the compiled ``binary``, else the Python script
+    (``down`` finds either by its name and ``--prefix``)."""
+    program = [str(binary)] if binary is not None else [sys.executable, relay.__file__]
+    return [*program, "--prefix", config.prefix, "--nodes", str(config.nodes), "--delay", config.delay or "0ms",
+            "--jitter", config.jitter or "0ms", "--state", str(config.state_dir), "--detach"]
+
+
+def relay_cache() -> Path:
+    """Where the compiled relay is kept (``$XDG_CACHE_HOME/pccl-torch/relay``, beside pccl's other caches)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pccl-torch" / "relay"
+
+
+def build_relay(cache: Path | None = None) -> Path | None:
+    """The C relay compiled from ``relay.c`` (once per source, into :func:`relay_cache`); None where no C compiler
+    is found (``$CC``, ``cc``, ``gcc``). ``TestbedError`` with the compiler's message when compiling fails."""
+    target = (cache or relay_cache()) / f"{RELAY_BINARY}-{hashlib.sha256(RELAY_SOURCE.read_bytes()).hexdigest()[:16]}"
+    if target.exists():
+        return target
+    compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc") if c and shutil.which(c)), None)
+    if compiler is None:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+    done = subprocess.run([compiler, "-O2", "-o", str(partial), str(RELAY_SOURCE), "-lm"], capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise TestbedError(f"compiling the delay relay failed (`{compiler} -O2 ... {RELAY_SOURCE}`): "
+                           f"{done.stderr.strip()[-2000:]}; pass --relay python to use the Python relay")
+    os.replace(partial, target)  # atomic: concurrent `up` calls never run a half-written binary
+    return target
+
+
+def _relay_binary(config: TestbedConfig) -> Path | None:
+    """The compiled relay ``config`` runs (None: the Python one); ``TestbedError`` when ``c`` is asked for and
+    there is no compiler."""
+    if config.relay_impl == "python":
+        return None
+    binary = build_relay()
+    if binary is None and config.relay_impl == "c":
+        raise TestbedError("--relay c: no C compiler found ($CC, cc or gcc); install one (apt-get install -y gcc) "
+                           "or pass --relay python")
+    if binary is None:
+        log.info("pccl-testbed: no C compiler; the delay relay runs in Python (about 20% of a core per Gbit/s)")
+    return binary
 
 
 def start_relay(config: TestbedConfig) -> int:
@@ -578,7 +632,7 @@ def start_relay(config: TestbedConfig) -> int:
     state = config.state_dir
     for name in (relay.PID_FILE, relay.READY_FILE):
         (state / name).unlink(missing_ok=True)
-    subprocess.run(relay_command(config), check=True, timeout=30)  # returns once the relay has forked
+    subprocess.run(relay_command(config, _relay_binary(config)), check=True, timeout=30)  # returns once forked
     deadline = time.monotonic() + RELAY_START_S
     while time.monotonic() < deadline:
         pid = _recorded_pid(state / relay.PID_FILE)
@@ -609,10 +663,17 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def is_relay_of(cmdline: list[str], prefix: str) -> bool:
-    """Whether ``cmdline`` is the relay of testbed ``prefix`` (its script, ``--prefix <prefix>``)."""
-    script = Path(relay.__file__).name
-    return (any(Path(word).name == script for word in cmdline)
+    """Whether ``cmdline`` is the relay of testbed ``prefix`` (its script or binary, ``--prefix <prefix>``)."""
+    return (relay_impl_of(cmdline) is not None
             and any(a == "--prefix" and b == prefix for a, b in zip(cmdline, cmdline[1:])))
+
+
+def relay_impl_of(cmdline: list[str]) -> str | None:
+    """``c`` or ``python`` when ``cmdline`` runs a relay (the compiled binary first, or the script after an
+    interpreter), else None."""
+    if cmdline and Path(cmdline[0]).name.startswith(f"{RELAY_BINARY}-"):
+        return "c"
+    return "python" if Path(relay.__file__).name in (Path(word).name for word in cmdline[1:2]) else None
 
 
 def relay_pids(prefix: str) -> list[int]:
@@ -626,9 +687,10 @@ def relay_pids(prefix: str) -> list[int]:
 def relay_status(prefix: str) -> RelayStatus:
     """The relay of testbed ``prefix`` as recorded in its state folder, with its CPU use."""
     pid = _recorded_pid(STATE_ROOT / prefix / relay.PID_FILE)
-    alive = pid is not None and _alive(pid) and is_relay_of(_cmdline(pid), prefix)
+    command = _cmdline(pid) if pid is not None else []
+    alive = pid is not None and _alive(pid) and is_relay_of(command, prefix)
     usage = cpu_use(pid) if alive else None
-    return RelayStatus(pid, alive, *(usage or (None, None)))
+    return RelayStatus(pid, alive, *(usage or (None, None)), relay_impl_of(command) if alive else None)
 
 
 def cpu_use(pid: int) -> tuple[float, float] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import socket
 import subprocess
 import time
@@ -47,6 +48,7 @@ def test_config_names_addresses_and_checks() -> None:
                             ({"delay": "2ms", "jitter": "3ms"}, "must not exceed the delay"),
                             ({"delay": "2ms", "delay_method": "tc"}, "delay method 'tc' must be one of"),
                             ({"mtu": 70000}, "mtu must be between 576 and 65521"),
+                            ({"delay": "1ms", "relay_impl": "rust"}, "relay 'rust' must be one of auto, c, python"),
                             ({"delay": "1ms", "burst": 4000}, r"burst must hold one frame \(65014 bytes at MTU 65000\)")):
         with pytest.raises(ValueError, match=message):
             TestbedConfig(**kwargs)
@@ -284,6 +286,11 @@ def test_relay_bookkeeping(tmp_path, monkeypatch) -> None:
     assert not net.is_relay_of(["python", "train.py", "--prefix", "pd58"], "pd58")
     command = net.relay_command(TestbedConfig(delay="4ms", prefix="pd58"))
     assert net.is_relay_of(command, "pd58") and command[-1] == "--detach" and "--jitter" in command
+    assert net.relay_impl_of(command) == "python"
+    compiled = net.relay_command(TestbedConfig(delay="4ms", prefix="pd58"), net.Path("/c/pccl-relay-0123abcd"))
+    assert compiled[0] == "/c/pccl-relay-0123abcd" and compiled[1:] == command[2:]  # the same arguments
+    assert net.is_relay_of(compiled, "pd58") and net.relay_impl_of(compiled) == "c"
+    assert net.relay_impl_of(["/usr/bin/python3", "x.py", relay.__file__]) is None
 
 
 def test_status_reports_a_dead_relay(monkeypatch, tmp_path) -> None:
@@ -301,6 +308,7 @@ def test_status_reports_a_dead_relay(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(net, "_pids", lambda namespace: [])
     monkeypatch.setattr(net, "_congestion_control", lambda namespace: "cubic")
     monkeypatch.setattr(net, "_alive", lambda pid: False)
+    monkeypatch.setattr(net, "_cmdline", lambda pid: [])
     found = net.status("unit")
     assert not found.up and found.delay_method == "relay" and found.relay == net.RelayStatus(4242, False)
     assert found.problems == [f"the delay relay (pid 4242) is not running: the links carry nothing (its log: "
@@ -309,4 +317,20 @@ def test_status_reports_a_dead_relay(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(net, "_cmdline", lambda pid: net.relay_command(config))
     monkeypatch.setattr(net, "cpu_use", lambda pid: (1.5, 12.5))
     found = net.status("unit")
-    assert found.up and found.relay == net.RelayStatus(4242, True, 1.5, 12.5), found.problems
+    assert found.up and found.relay == net.RelayStatus(4242, True, 1.5, 12.5, "python"), found.problems
+
+
+def test_the_c_relay_compiles_once_and_reads_the_python_relay_s_arguments(tmp_path) -> None:
+    if not any(shutil.which(c) for c in ("cc", "gcc")):
+        pytest.skip("no C compiler here: up runs the Python relay")
+    binary = net.build_relay(tmp_path)
+    assert binary is not None and binary.name.startswith("pccl-relay-") and net.build_relay(tmp_path) == binary
+    assert [p.name for p in tmp_path.iterdir()] == [binary.name]  # nothing half-written left beside it
+    bad_time = subprocess.run([str(binary), "--prefix", "x", "--nodes", "1", "--delay", "5", "--state", str(tmp_path)],
+                              capture_output=True, text=True, timeout=10)
+    assert bad_time.returncode == 2 and "cannot read time '5'" in bad_time.stderr
+    missing = subprocess.run([str(binary), "--prefix", "x"], capture_output=True, text=True, timeout=10)
+    assert missing.returncode == 2 and "usage:" in missing.stderr
+    absent = subprocess.run([str(binary), "--prefix", "nosuchtb", "--nodes", "1", "--delay", "1ms", "--state",
+                             str(tmp_path)], capture_output=True, text=True, timeout=10)
+    assert absent.returncode == 1 and "cannot enter network namespace nosuchtb-n0" in absent.stderr
