@@ -6,7 +6,7 @@ relay's CPU use over the transfer (from /proc/<pid>/stat). Needs root; tears dow
     python scripts/testbed_delay_check.py --relay python ...    # the Python relay (default: C where cc is found)
 
 Prints one JSON line per point: asked RTT and rate, measured RTT (median/min/max ms), rate (Mbit/s), and the
-relay's CPU in percent of one core during the transfer.
+relay's CPU (user + system, and user alone) in percent of one core during the transfer.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ def measure(config: TestbedConfig, seconds: float) -> dict:
         elapsed = time.monotonic() - start
     finally:
         server.wait(timeout=30)
-    cpu = None if before is None or after is None else 100 * (after[0] - before[0]) / elapsed
-    return {**ping, "mbit": round(flow["mbit"], 1), "relay_cpu_percent": None if cpu is None else round(cpu, 1)}
+    cpu = {} if before is None or after is None else {
+        "relay_cpu_percent": round(100 * (after.total_s - before.total_s) / elapsed, 1),
+        "relay_user_percent": round(100 * (after.user_s - before.user_s) / elapsed, 1)}
+    return {**{k: round(v, 3) for k, v in ping.items()}, "mbit": round(flow["mbit"], 1), **cpu}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from pccl_torch.testbed import relay
 
@@ -690,11 +691,25 @@ def relay_status(prefix: str) -> RelayStatus:
     command = _cmdline(pid) if pid is not None else []
     alive = pid is not None and _alive(pid) and is_relay_of(command, prefix)
     usage = cpu_use(pid) if alive else None
-    return RelayStatus(pid, alive, *(usage or (None, None)), relay_impl_of(command) if alive else None)
+    return RelayStatus(pid, alive, usage.total_s if usage else None, usage.percent if usage else None,
+                       relay_impl_of(command) if alive else None)
 
 
-def cpu_use(pid: int) -> tuple[float, float] | None:
-    """(CPU seconds, percent of one core over its lifetime) of ``pid`` from ``/proc/<pid>/stat`` (None: gone)."""
+class CpuUse(NamedTuple):
+    """CPU a process has used, from ``/proc/<pid>/stat``."""
+
+    user_s: float
+    system_s: float
+    percent: float
+    """(user + system) over its lifetime, in percent of one core."""
+
+    @property
+    def total_s(self) -> float:
+        return self.user_s + self.system_s
+
+
+def cpu_use(pid: int) -> CpuUse | None:
+    """What ``pid`` has used of the CPU (None: gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         uptime = float(Path("/proc/uptime").read_text().split()[0])
@@ -703,13 +718,13 @@ def cpu_use(pid: int) -> tuple[float, float] | None:
     return cpu_from_stat(stat, uptime, os.sysconf("SC_CLK_TCK"))
 
 
-def cpu_from_stat(stat: str, uptime_s: float, ticks_per_s: int) -> tuple[float, float]:
-    """(CPU seconds, percent of one core since it started) from a ``/proc/<pid>/stat`` line: utime + stime
-    (fields 14, 15) over the time since starttime (field 22), all in clock ticks."""
+def cpu_from_stat(stat: str, uptime_s: float, ticks_per_s: int) -> CpuUse:
+    """CPU use from a ``/proc/<pid>/stat`` line: utime and stime (fields 14, 15), and their sum over the time
+    since starttime (field 22), all in clock ticks."""
     fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces; field 3 first
-    cpu = (int(fields[11]) + int(fields[12])) / ticks_per_s
+    user, system = int(fields[11]) / ticks_per_s, int(fields[12]) / ticks_per_s
     lifetime = uptime_s - int(fields[19]) / ticks_per_s
-    return cpu, 100 * cpu / lifetime if lifetime > 0 else 0.0
+    return CpuUse(user, system, 100 * (user + system) / lifetime if lifetime > 0 else 0.0)
 
 
 def up(config: TestbedConfig) -> bool:

@@ -278,8 +278,9 @@ def test_relay_carries_frames_both_ways_after_the_delay() -> None:
 def test_relay_bookkeeping(tmp_path, monkeypatch) -> None:
     line = ("1234 (python3 relay) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 0 0 10 -10 1 0 1000 0 0 "
             + "0 " * 30).strip()
-    cpu, percent = net.cpu_from_stat(line, uptime_s=30.0, ticks_per_s=100)
-    assert cpu == 2.0 and percent == pytest.approx(10.0)  # 200 ticks over the 20 s since tick 1000
+    used = net.cpu_from_stat(line, uptime_s=30.0, ticks_per_s=100)
+    assert (used.user_s, used.system_s, used.total_s) == (1.5, 0.5, 2.0)
+    assert used.percent == pytest.approx(10.0)  # 200 ticks over the 20 s since tick 1000
     script = relay.__file__
     assert net.is_relay_of(["/venv/bin/python", script, "--prefix", "pd58", "--nodes", "2"], "pd58")
     assert not net.is_relay_of(["/venv/bin/python", script, "--prefix", "pd581"], "pd58")
@@ -315,7 +316,7 @@ def test_status_reports_a_dead_relay(monkeypatch, tmp_path) -> None:
                               f"{tmp_path / 'unit' / relay.LOG_FILE})"]
     monkeypatch.setattr(net, "_alive", lambda pid: True)
     monkeypatch.setattr(net, "_cmdline", lambda pid: net.relay_command(config))
-    monkeypatch.setattr(net, "cpu_use", lambda pid: (1.5, 12.5))
+    monkeypatch.setattr(net, "cpu_use", lambda pid: net.CpuUse(1.0, 0.5, 12.5))
     found = net.status("unit")
     assert found.up and found.relay == net.RelayStatus(4242, True, 1.5, 12.5, "python"), found.problems
 
