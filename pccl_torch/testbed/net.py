@@ -12,14 +12,16 @@ link end adds a quarter of it: a ``netem`` qdisc (delay and rate) where the kern
 is a pair of TAP devices instead of a veth pair, and a relay process (:mod:`pccl_torch.testbed.relay`, started
 by ``up``, its PID in the state folder, ended by ``down``) copies every frame between them once it is due, after
 the ``tbf`` on the TAP device has shaped it. Links with delay use a 65000-byte MTU (fewer frames for the relay)
-and the nodes' TCP buffers (``net.ipv4.tcp_rmem``/``tcp_wmem``) hold four bandwidth-delay products. Every node runs TCP with one named congestion control (``cubic``, Linux's
-default, unless configured otherwise), not whatever the host's default happens to be: on this machine the host
-runs BBR, which slowed schedules that change peer at every step (pairwise, recursive halving, MPICH's) by up to
-16% at 4 nodes, where a ring that keeps its peers lost 2-7%. A namespace may set only what the host's
-``net.ipv4.tcp_allowed_congestion_control`` lists; where cubic is missing there, ``up`` (root) adds it while it
-sets the nodes and then restores the list (a namespace keeps the control it was set to), or, where the list
-cannot be changed, leaves the nodes on the host's control and logs one line saying so. Nothing is created in
-the caller's namespace: removing the namespaces removes every link, so ``down`` also cleans up after a crash.
+and the nodes' TCP buffers (``net.ipv4.tcp_rmem``/``tcp_wmem``) hold four bandwidth-delay products.
+
+Every node runs TCP with one named congestion control (``cubic``, Linux's default, unless configured otherwise), not
+whatever the host's default happens to be: on this machine the host runs BBR, which slowed schedules that change
+peer at every step (pairwise, recursive halving, MPICH's) by up to 16% at 4 nodes, where a ring that keeps its peers
+lost 2-7%. A namespace may set only what the host's ``net.ipv4.tcp_allowed_congestion_control`` lists; where cubic
+is missing there, ``up`` (root) adds it while it sets the nodes and then restores the list (a namespace keeps the
+control it was set to), or, where the list cannot be changed, leaves the nodes on the host's control and logs one
+line saying so. Nothing is created in the caller's namespace: removing the namespaces removes every link, so
+``down`` also cleans up after a crash (the relay, which lives in the hub's namespace, it ends first).
 Ranks of one namespace talk through loopback and shared memory (fast, like the inside of a node); ranks of
 different namespaces cross two shaped links.
 

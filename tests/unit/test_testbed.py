@@ -49,7 +49,8 @@ def test_config_names_addresses_and_checks() -> None:
                             ({"delay": "2ms", "delay_method": "tc"}, "delay method 'tc' must be one of"),
                             ({"mtu": 70000}, "mtu must be between 576 and 65521"),
                             ({"delay": "1ms", "relay_impl": "rust"}, "relay 'rust' must be one of auto, c, python"),
-                            ({"delay": "1ms", "burst": 4000}, r"burst must hold one frame \(65014 bytes at MTU 65000\)")):
+                            ({"delay": "1ms", "burst": 4000},
+                             r"burst must hold one frame \(65014 bytes at MTU 65000\)")):
         with pytest.raises(ValueError, match=message):
             TestbedConfig(**kwargs)
 
@@ -112,20 +113,28 @@ def test_congestion_control_that_cannot_be_allowed_leaves_the_host_s_with_one_lo
                     "Read-only file system)")]
 
 
-def test_status_expects_the_congestion_control_up_set(monkeypatch, tmp_path) -> None:
-    """A testbed whose nodes run the host's control (cubic refused) is up, not broken; one whose nodes
-    run anything else is broken."""
+def _fake_testbed(monkeypatch, tmp_path, config: TestbedConfig, state: dict[str, str]) -> None:
+    """Testbed ``config`` (one node, prefix ``unit``) as ``status`` would find it: its configuration and the
+    ``state`` files in a state folder under ``tmp_path``, its namespaces, its node's address, no qdisc, no
+    process, TCP cubic."""
     monkeypatch.setattr(net, "STATE_ROOT", tmp_path)
     monkeypatch.setattr(net, "check_tools", lambda: None)
-    config = TestbedConfig(nodes=1, prefix="unit")
     config.state_dir.mkdir()
     (config.state_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
-    (config.state_dir / net.RUNNING_CONGESTION_FILE).write_text("bbr\n")
+    for name, text in state.items():
+        (config.state_dir / name).write_text(text + "\n")
     monkeypatch.setattr(net, "namespaces", lambda prefix: ["unit-hub", "unit-n0"])
     monkeypatch.setattr(net, "_run", lambda *args, **kwargs: subprocess.CompletedProcess(
         args, 0, "2: pccl0 inet 10.77.0.1/24 brd 10.77.0.255", ""))
     monkeypatch.setattr(net, "_qdisc", lambda namespace, device: None)
     monkeypatch.setattr(net, "_pids", lambda namespace: [])
+    monkeypatch.setattr(net, "_congestion_control", lambda namespace: "cubic")
+
+
+def test_status_expects_the_congestion_control_up_set(monkeypatch, tmp_path) -> None:
+    """A testbed whose nodes run the host's control (cubic refused) is up, not broken; one whose nodes
+    run anything else is broken."""
+    _fake_testbed(monkeypatch, tmp_path, TestbedConfig(nodes=1, prefix="unit"), {net.RUNNING_CONGESTION_FILE: "bbr"})
     running = {"unit-n0": "bbr"}
     monkeypatch.setattr(net, "_congestion_control", lambda namespace: running[namespace])
     found = net.status("unit")
@@ -295,19 +304,8 @@ def test_relay_bookkeeping(tmp_path, monkeypatch) -> None:
 
 
 def test_status_reports_a_dead_relay(monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(net, "STATE_ROOT", tmp_path)
-    monkeypatch.setattr(net, "check_tools", lambda: None)
     config = TestbedConfig(nodes=1, prefix="unit", delay="4ms")
-    config.state_dir.mkdir()
-    (config.state_dir / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
-    (config.state_dir / net.DELAY_METHOD_FILE).write_text("relay\n")
-    (config.state_dir / relay.PID_FILE).write_text("4242\n")
-    monkeypatch.setattr(net, "namespaces", lambda prefix: ["unit-hub", "unit-n0"])
-    monkeypatch.setattr(net, "_run", lambda *args, **kwargs: subprocess.CompletedProcess(
-        args, 0, "2: pccl0 inet 10.77.0.1/24 brd 10.77.0.255", ""))
-    monkeypatch.setattr(net, "_qdisc", lambda namespace, device: None)
-    monkeypatch.setattr(net, "_pids", lambda namespace: [])
-    monkeypatch.setattr(net, "_congestion_control", lambda namespace: "cubic")
+    _fake_testbed(monkeypatch, tmp_path, config, {net.DELAY_METHOD_FILE: "relay", relay.PID_FILE: "4242"})
     monkeypatch.setattr(net, "_alive", lambda pid: False)
     monkeypatch.setattr(net, "_cmdline", lambda pid: [])
     found = net.status("unit")
