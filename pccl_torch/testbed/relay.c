@@ -234,6 +234,7 @@ int main(int argc, char **argv) {
             }
             for (int r = 0; r < READS_PER_ROUND; r++) {
                 ssize_t got = read(lines[i].in, buf, sizeof buf);
+                if (got < 0 && errno != EAGAIN && errno != EINTR) die("lost a TAP device (its testbed removed?)", NULL);
                 if (got <= 0) break;
                 hold(&lines[i], buf, (size_t)got, now, delay, jitter, limit);
             }

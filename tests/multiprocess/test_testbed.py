@@ -248,6 +248,7 @@ def test_delay_gives_the_round_trip_asked_and_down_leaves_nothing(method: str, i
             raise
         found = net.status(config.prefix)
         assert found.up and found.delay_method == method, found.problems
+        assert net.up(config) is False  # up as configured, its relay running: left as it is
         pid = found.relay.pid if found.relay else None
         assert (found.relay.impl if found.relay else None) == (impl if method == "relay" else None), found.relay
         measured = _socket_rtt(config)

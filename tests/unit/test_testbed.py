@@ -10,6 +10,7 @@ import math
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -333,3 +334,20 @@ def test_the_c_relay_compiles_once_and_reads_the_python_relay_s_arguments(tmp_pa
     absent = subprocess.run([str(binary), "--prefix", "nosuchtb", "--nodes", "1", "--delay", "1ms", "--state",
                              str(tmp_path)], capture_output=True, text=True, timeout=10)
     assert absent.returncode == 1 and "cannot enter network namespace nosuchtb-n0" in absent.stderr
+
+
+def test_a_relay_that_exits_at_start_fails_up_with_its_log(monkeypatch, tmp_path) -> None:
+    """The relay records its PID, then exits before it is ready (say no /dev/net/tun): up's wait ends at once
+    with the relay's log in the error, not after the full timeout."""
+    monkeypatch.setattr(net, "STATE_ROOT", tmp_path)
+    config = TestbedConfig(nodes=1, prefix="unit", delay="4ms", relay_impl="python")
+    config.state_dir.mkdir()
+    fake = (f"import os, pathlib; s = pathlib.Path({str(config.state_dir)!r}); "
+            f"(s / {relay.PID_FILE!r}).write_text(str(os.getpid())); "
+            f"(s / {relay.LOG_FILE!r}).write_text('relay: cannot open /dev/net/tun: No such device')")
+    monkeypatch.setattr(net, "relay_command", lambda config, binary: [sys.executable, "-c", fake])
+    start = time.monotonic()
+    with pytest.raises(TestbedError, match=r"did not attach its links in 10 s; its log .*\n"
+                                           r"relay: cannot open /dev/net/tun: No such device"):
+        net.start_relay(config)
+    assert time.monotonic() - start < 5
