@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"c10d rendezvous port on node 0 (default {launch.RENDEZVOUS_PORT})")
     tr.add_argument("command", nargs=argparse.REMAINDER, help="after --: the script and its arguments, or -m module")
     for name, text in (("run", "run a command as MPI ranks in the namespaces"),
-                       ("probe", "measure MPI Sendrecv rates inside a node and between nodes")):
+                       ("probe", "measure MPI Sendrecv rates and round trips inside a node and to every other node")):
         p = with_prefix(sub.add_parser(name, help=text))
         p.add_argument("-np", "--nprocs", type=int, help="ranks (default: ppn x nodes)")
         p.add_argument("--ppn", type=int, help="ranks per node (default: ranks / nodes; probe: 2)")
