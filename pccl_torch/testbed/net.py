@@ -680,8 +680,9 @@ def relay_impl_of(cmdline: list[str]) -> str | None:
 
 
 def relay_pids(prefix: str) -> list[int]:
-    """Every running relay of testbed ``prefix``: the recorded PID and any process whose command line is one
-    (a relay whose state folder is gone, or that a crashed ``up`` left)."""
+    """Every running relay of testbed ``prefix``, found by command line (the relay's script or binary with
+    ``--prefix <prefix>``): the one whose PID is recorded, and any a crashed ``up`` left or whose state folder is
+    gone. A process that took over a recorded PID is never among them."""
     found = {pid for pid in (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())
              if is_relay_of(_cmdline(pid), prefix)}
     return sorted(pid for pid in found if _alive(pid))
