@@ -3,8 +3,9 @@ launches into them. Needs root and iproute2 (ip, tc).
 
     pccl-testbed up --nodes 2 --rate 1gbit          # build (idempotent); --rate 200mbit, --burst, --delay,
                                                     #   --congestion-control (default cubic)
-    pccl-testbed status                             # what exists, what is wrong; exit 1 unless up
-    pccl-testbed probe                              # MPI Sendrecv rate inside a node and between nodes
+    pccl-testbed up --rate 1gbit --delay 5ms        # 5 ms round trip between nodes (netem, or the delay relay)
+    pccl-testbed status                             # what exists, what is wrong, the relay's CPU; exit 1 unless up
+    pccl-testbed probe                              # MPI Sendrecv rate inside a node and between nodes, and RTT
     pccl-testbed run -np 4 -- python train.py       # 2 ranks per node; pccl detects the nodes itself
     pccl-testbed torchrun --ppn 2 -- train.py       # one `torchrun --nnodes 2` per node, no MPI
     pccl-bench --testbed -np 4 --local-size 2 ...   # the benchmark across the testbed
@@ -39,7 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--rate", help="link rate each way in tc units (1gbit, 200mbit); default unshaped")
     up.add_argument("--burst", type=int, help="tbf bucket in bytes (default: 1 ms at the rate, >= 32 KiB)")
     up.add_argument("--latency", default="50ms", help="tbf queue limit as a time (default 50ms)")
-    up.add_argument("--delay", help="one-way delay per link end (netem; refused where the kernel lacks it)")
+    up.add_argument("--delay", metavar="RTT",
+                    help="round-trip time added between two nodes (500us, 5ms): a quarter on each link end each way "
+                         "(a packet crosses its sender's link and its receiver's, the answer crosses them back); "
+                         "by netem where the kernel has it, else by a relay process between TAP devices")
+    up.add_argument("--jitter", metavar="J", help="largest change of the round-trip time either way (uniform, a "
+                                                  "quarter per link end; packets are never reordered)")
+    up.add_argument("--delay-method", choices=net.DELAY_METHODS, default="auto",
+                    help="how --delay is made: auto (netem if the kernel has it, else the relay), netem, relay")
+    up.add_argument("--relay", choices=net.RELAY_IMPLS, default="auto",
+                    help="which relay: auto (C, compiled once with the system's cc, where there is one; else Python), "
+                         "c, python")
+    up.add_argument("--mtu", type=int, help=f"MTU of the links (default {net.PLAIN_MTU}, {net.DELAY_MTU} with "
+                                            "--delay: fewer frames for the relay)")
     up.add_argument("--subnet", default=net.DEFAULT_SUBNET, help=f"node addresses (default {net.DEFAULT_SUBNET})")
     up.add_argument("--congestion-control", default=net.DEFAULT_CONGESTION_CONTROL, metavar="NAME",
                     help=f"TCP congestion control of the nodes (default {net.DEFAULT_CONGESTION_CONTROL}, Linux's "
@@ -54,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"c10d rendezvous port on node 0 (default {launch.RENDEZVOUS_PORT})")
     tr.add_argument("command", nargs=argparse.REMAINDER, help="after --: the script and its arguments, or -m module")
     for name, text in (("run", "run a command as MPI ranks in the namespaces"),
-                       ("probe", "measure MPI Sendrecv rates inside a node and between nodes")):
+                       ("probe", "measure MPI Sendrecv rates and round trips inside a node and to every other node")):
         p = with_prefix(sub.add_parser(name, help=text))
         p.add_argument("-np", "--nprocs", type=int, help="ranks (default: ppn x nodes)")
         p.add_argument("--ppn", type=int, help="ranks per node (default: ranks / nodes; probe: 2)")
@@ -69,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _print_status(found: net.Status) -> None:
     config = found.config
     state = "up" if found.up else ("absent" if not found.namespaces and config is None else "BROKEN")
-    print(f"testbed {found.prefix}: {state}" + (f" ({config.describe()})" if config else ""))
+    print(f"testbed {found.prefix}: {state}" + (f" ({config.describe(found.delay_method)})" if config else ""))
+    if found.relay is not None:
+        print(f"  delay relay: {_relay_line(found.relay)}")
     for node in found.nodes:
         print(f"  {node.namespace:<12} {node.address or 'no address':<16} processes {len(node.pids)}, "
               f"TCP {node.congestion_control or 'unknown'}")
@@ -82,6 +97,14 @@ def _print_status(found: net.Status) -> None:
         print(f"  problem: {problem}")
     if found.problems:
         print(f"  fix: pccl-testbed down --prefix {found.prefix}, then up again")
+
+
+def _relay_line(relay: net.RelayStatus) -> str:
+    """``pid 4103, running, CPU 3.2 s (16.1% of a core since it started)`` or why it is not running."""
+    if not relay.alive:
+        return f"NOT RUNNING (recorded pid {relay.pid or 'none'})"
+    return (f"pid {relay.pid} ({relay.impl}), running, CPU {relay.cpu_s:.1f} s ({relay.cpu_percent:.1f}% of a core "
+            "since it started)")
 
 
 def _launch(args: argparse.Namespace, command: list[str]) -> int:
@@ -104,12 +127,14 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         congestion_control = None if args.congestion_control == "host" else args.congestion_control
         config = TestbedConfig(nodes=args.nodes, rate=args.rate, burst=args.burst, latency=args.latency,
-                               delay=args.delay, prefix=args.prefix, subnet=args.subnet,
+                               delay=args.delay, jitter=args.jitter, delay_method=args.delay_method,
+                               relay_impl=args.relay, mtu=args.mtu, prefix=args.prefix, subnet=args.subnet,
                                congestion_control=congestion_control)
         built = net.up(config)
         running = net.running_congestion_control(config.prefix)  # the host's where the configured one is refused
         shown = config if running in (None, config.congestion_control) else replace(config, congestion_control=running)
-        print(f"testbed {config.prefix} {'up' if built else 'already up'}: {shown.describe()}")
+        method = net.recorded_delay_method(config.prefix)
+        print(f"testbed {config.prefix} {'up' if built else 'already up'}: {shown.describe(method)}")
         return 0
     if args.action == "down":
         removed = net.down(args.prefix)

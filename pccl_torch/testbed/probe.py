@@ -8,7 +8,10 @@ Rank 0 prints one JSON object: ``nodes`` and ``local_size`` as MPI's shared-memo
 and ``intra_mbit``/``inter_mbit``: the median rate of a ``Sendrecv`` of ``--mbytes`` between local
 ranks 0 and 1 of node 0 and between rank 0 of node 0 and rank 0 of node 1, in Mbit/s per direction;
 ``inter_all_links_mbit``: the same per node link with every node's leader exchanging with its neighbours at once
-(``ring_rate``; on 2 nodes, ``inter_mbit``).
+(``ring_rate``; on 2 nodes, ``inter_mbit``); per other node (keyed by its index), ``rtt_ms``: the median round trip
+of a 1-byte ``Send``/``Recv`` ping-pong between rank 0 of node 0 and rank 0 of that node (the path crosses both
+nodes' links, so with ``pccl-testbed up --delay RTT`` it is RTT plus MPI's own cost), and ``mbit``: the
+``Sendrecv`` rate between them (node 1's is ``inter_mbit``); ``intra_rtt_ms`` inside node 0.
 """
 
 from __future__ import annotations
@@ -51,6 +54,28 @@ def ring_rate(world, ranks: list[int], nbytes: int, repeats: int = 3) -> float |
     return nbytes * 8 / statistics.median(times[1:]) / 1e6
 
 
+def pingpong_ms(world, pair: tuple[int, int], repeats: int = 20) -> float | None:
+    """Median round trip in milliseconds of a 1-byte message from ``pair[0]`` to ``pair[1]`` and back (the first
+    not counted), the other ranks waiting (collective over ``world``); None when ``pair`` is one rank."""
+    from mpi4py import MPI
+
+    if pair[0] == pair[1]:
+        return None
+    rank, byte = world.Get_rank(), np.zeros(1, dtype=np.uint8)
+    times = []
+    world.Barrier()
+    for _ in range(repeats + 1):
+        start = MPI.Wtime()
+        if rank == pair[0]:
+            world.Send(byte, pair[1], 9)
+            world.Recv(byte, pair[1], 9)
+        elif rank == pair[1]:
+            world.Recv(byte, pair[0], 9)
+            world.Send(byte, pair[0], 9)
+        times.append((MPI.Wtime() - start) * 1e3)
+    return world.bcast(statistics.median(times[1:]) if rank == pair[0] else None, root=pair[0])
+
+
 def layout(world) -> dict:
     """Nodes as MPI's shared-memory split sees them, and the network namespaces of their ranks
     (collective): ``nodes``, ``local_size``, ``leaders`` (rank of local rank 0 of each node),
@@ -83,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     intra = sendrecv_rate(world, (0, 1), nbytes, args.repeats) if found["local_size"] > 1 else None
     inter = sendrecv_rate(world, (0, found["leaders"][1]), nbytes, args.repeats) if found["nodes"] > 1 else None
     every = ring_rate(world, found["leaders"], nbytes, args.repeats) if found["nodes"] > 2 else inter
+    others = list(enumerate(found["leaders"]))[1:]
+    rtt = {str(node): pingpong_ms(world, (0, leader)) for node, leader in others}
+    rates = {str(node): inter if node == 1 else sendrecv_rate(world, (0, leader), nbytes, args.repeats)
+             for node, leader in others}
+    intra_rtt = pingpong_ms(world, (0, 1)) if found["local_size"] > 1 else None
     if world.Get_rank() == 0:
         print(json.dumps({**found, "mbytes": args.mbytes, "intra_mbit": intra, "inter_mbit": inter,
-                          "inter_all_links_mbit": every}), flush=True)
+                          "inter_all_links_mbit": every, "rtt_ms": rtt, "mbit": rates, "intra_rtt_ms": intra_rtt}),
+              flush=True)
     return 0
 
 
