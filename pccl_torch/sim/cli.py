@@ -25,6 +25,7 @@ from pccl_torch.plan import HIER_PREFIX
 from pccl_torch.sim import costs, machine, step, validate
 from pccl_torch.sim.fit import fit, format_report
 from pccl_torch.sim.machine import MachineProfile
+from pccl_torch.testbed.relay import parse_time
 from pccl_torch.units import format_size, run_command, size_argument, size_list_argument, table, tool_parser
 
 DEFAULT_SIZES = "1M,16M,64M,256M,1G"
@@ -122,7 +123,7 @@ def plot_sweep(points: list[SweepPoint], path: str | Path, title: str) -> None:
 
 
 def _predict(args: argparse.Namespace) -> None:
-    profile = machine.load(args.machine)
+    profile = _profile(args)
     nodes, local = layout(args.gpus, profile)
     times = {a: costs.predict(args.collective, a, args.bytes, nodes, local, profile)
              for a in costs.algorithms(args.collective)}
@@ -151,7 +152,7 @@ def _fit(args: argparse.Namespace) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    profile = machine.load(args.machine)
+    profile = _profile(args)
     benches = [(path, validate.load_rows(path)) for path in args.results]
     result = validate.validate(benches, profile, args.baseline)
     print(validate.format_validation(result))
@@ -163,7 +164,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _step(args: argparse.Namespace) -> None:
-    profile = machine.load(args.machine)
+    profile = _profile(args)
     runs = [step.load_run(path) for path in args.runs]
     with_sizes = step.load_run(args.sizes) if args.sizes else next((r for r in runs if r.call_sizes), None)
     if with_sizes is None or not with_sizes.call_sizes:
@@ -192,7 +193,7 @@ def _collectives(text: str) -> list[str]:
 
 
 def _sweep(args: argparse.Namespace) -> None:
-    profile = machine.load(args.machine)
+    profile = _profile(args)
     sizes = args.sizes
     collectives = _collectives(args.collective)
     points = sweep(profile, parse_gpus(args.gpus), sizes, collectives)
@@ -238,6 +239,19 @@ def _cuda_choice(args: argparse.Namespace) -> None:
                        for c in collectives for local in per_node))
 
 
+def _link_rtt_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--link-rtt", type=parse_time, metavar="TIME",
+                   help="round trip added between nodes (e.g. 20ms, as pccl-testbed up --delay and probe give it): "
+                        "every step across nodes pays half of it besides the profile's latencies (the profile's "
+                        "link_latency_us); for a profile fitted on links without added delay")
+
+
+def _profile(args: argparse.Namespace) -> MachineProfile:
+    """The machine profile ``--machine`` names, with ``--link-rtt`` added where given."""
+    profile = machine.load(args.machine)
+    return profile.with_link_rtt(args.link_rtt) if getattr(args, "link_rtt", None) is not None else profile
+
+
 def parser() -> argparse.ArgumentParser:
     top = tool_parser("pccl-sim", __doc__)
     sub = top.add_subparsers(dest="command", required=True, help="what to do (each has its own --help)")
@@ -249,6 +263,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", required=True, type=int,
                    help="ranks of the call: whole nodes of the machine, or part of one")
     p.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    _link_rtt_argument(p)
     p.set_defaults(run=_predict)
 
     f = sub.add_parser("fit", help="fit a machine profile to pccl-bench JSON results")
@@ -273,6 +288,7 @@ def parser() -> argparse.ArgumentParser:
                                               "counts add the direction check, several files at one node count "
                                               "are repeated runs (their median speed-up)")
     v.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    _link_rtt_argument(v)
     v.add_argument("--json", help="write the rows, errors, skipped rows and speed-ups as JSON")
     v.add_argument("--plot", help="write the measured and predicted speed-up against the node count (PNG)")
     v.add_argument("--baseline", help="the direction check's speed-up over this backend's rows only (gloo: the "
@@ -286,6 +302,7 @@ def parser() -> argparse.ArgumentParser:
                                                    "computation)")
     t.add_argument("--sizes", help="a run that recorded its call sizes (default: the first of the runs that did)")
     t.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    _link_rtt_argument(t)
     t.add_argument("--fit-nodes", type=int, help="fit each backend's overlap on its runs at this node count "
                                                  "(default: the fewest)")
     t.add_argument("--json", help="write the predictions as JSON")
@@ -293,6 +310,7 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sweep", help="flat vendor collective vs best hierarchical algorithm over GPU counts")
     s.add_argument("--machine", required=True, help=f"profile name ({', '.join(machine.available())}) or path")
+    _link_rtt_argument(s)
     s.add_argument("--gpus", default="8..4096", help="A..B (powers of two) or a comma list")
     s.add_argument("--sizes", default=DEFAULT_SIZES, type=size_list_argument, help=f"comma list (default {DEFAULT_SIZES})")
     s.add_argument("-c", "--collective", default=",".join(COLLECTIVES),

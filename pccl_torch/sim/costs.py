@@ -58,7 +58,7 @@ import numpy as np
 from pccl_torch.algorithms import COLLECTIVES, Collective
 from pccl_torch.selection.heuristic import SMALL_ALL_REDUCE, flat_choice
 from pccl_torch.plan import HIER_PREFIX, PIPELINED, hierarchical_inner, intra_library, valid_names
-from pccl_torch.sim.machine import PARAMS, MachineProfile
+from pccl_torch.sim.machine import FIXED_PARAMS, PARAMS, MachineProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +68,9 @@ class Terms:
     coef: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = set(self.coef) - set(PARAMS)
+        unknown = set(self.coef) - set(PARAMS) - set(FIXED_PARAMS)
         if unknown:
-            raise ValueError(f"unknown cost parameters {sorted(unknown)}; valid: {', '.join(PARAMS)}")
+            raise ValueError(f"unknown cost parameters {sorted(unknown)}; valid: {', '.join(PARAMS + FIXED_PARAMS)}")
 
     def __add__(self, other: "Terms") -> "Terms":
         out = dict(self.coef)
@@ -87,7 +87,8 @@ class Terms:
         return self.coef.get(name, 0.0)
 
     def vector(self) -> np.ndarray:
-        """Coefficients in :data:`PARAMS` order (a row of the fit's design matrix)."""
+        """Coefficients in :data:`PARAMS` order (a row of the fit's design matrix; the fixed parameters are not
+        fitted)."""
         return np.array([self[name] for name in PARAMS])
 
     def time(self, profile: MachineProfile) -> float:
@@ -131,13 +132,17 @@ def _total(terms: Iterable[Terms]) -> Terms:
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """The parameters one message step is priced with; ``share`` ranks contend for each NIC."""
+    """The parameters one message step is priced with; ``share`` ranks contend for each NIC; ``wire``: the step
+    crosses nodes and pays the wire's own latency (``link_latency``) besides its library's ``alpha``."""
 
     alpha: str
     beta: str
     share: float = 1.0
+    wire: bool = False
 
     def step(self, nbytes: float) -> Terms:
+        if self.wire:
+            return Terms({self.alpha: 1.0, "link_latency": 1.0, self.beta: nbytes * self.share})
         return Terms({self.alpha: 1.0, self.beta: nbytes * self.share})
 
 
@@ -186,13 +191,13 @@ _VENDOR_INTRA = Link("alpha_vendor_intra", "beta_vendor_intra")
 
 def flat_net(nodes: int, local_size: int, nics_per_node: int) -> Net:
     """All ranks over MPI point-to-point (the flat family)."""
-    far = Link("alpha_inter", "beta_inter", nic_share(local_size, nics_per_node))
-    return Net(nodes * local_size, local_size, _MPI_INTRA, far, Link("alpha_inter", "beta_inter"))
+    far = Link("alpha_inter", "beta_inter", nic_share(local_size, nics_per_node), wire=True)
+    return Net(nodes * local_size, local_size, _MPI_INTRA, far, Link("alpha_inter", "beta_inter", wire=True))
 
 
 def inter_net(nodes: int, local_size: int, nics_per_node: int) -> Net:
     """One rank per node (the hierarchical inter phase); all local ranks' phases run at once."""
-    far = Link("alpha_inter", "beta_inter", nic_share(local_size, nics_per_node))
+    far = Link("alpha_inter", "beta_inter", nic_share(local_size, nics_per_node), wire=True)
     return Net(nodes, 1, far, far, far)
 
 
@@ -205,7 +210,7 @@ def vendor_flat_net(nodes: int, local_size: int) -> Net:
     """The vendor library over all ranks: a ring striped over every NIC (``beta_vendor_inter``, the node's
     aggregate bandwidth, one stream per node boundary). When every local rank sends off the node at once (an
     all-to-all step), their ``local_size`` streams share that aggregate bandwidth (``far``)."""
-    ring = Link("alpha_vendor_step", "beta_vendor_inter")
+    ring = Link("alpha_vendor_step", "beta_vendor_inter", wire=True)
     return Net(nodes * local_size, local_size, _VENDOR_INTRA, replace(ring, share=float(local_size)), ring)
 
 
@@ -422,7 +427,8 @@ def vendor_tree_all_reduce(nodes: int, local_size: int, n: float) -> Terms:
     :data:`NCCL_TREE_BUS_EFFICIENCY` of their speed. NCCL runs it where it beats the ring (small and middle
     sizes across many nodes): :func:`predict` takes the faster of the two on ``cuda`` machines. Not in the
     linear :func:`terms` (a minimum of two costs is not linear in the parameters)."""
-    return Terms({"alpha_vendor_intra": 2.0 * (local_size - 1), "alpha_vendor_step": 2.0 * (nodes.bit_length() - 1),
+    steps = 2.0 * (nodes.bit_length() - 1)  # across nodes: each pays the wire's latency too
+    return Terms({"alpha_vendor_intra": 2.0 * (local_size - 1), "alpha_vendor_step": steps, "link_latency": steps,
                   "beta_vendor_inter": 2.0 * n / NCCL_TREE_BUS_EFFICIENCY})
 
 

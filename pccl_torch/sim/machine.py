@@ -56,7 +56,11 @@ _YAML_KEYS: dict[str, tuple[str, str]] = {
 }
 # Fitted like the above but optional in YAML (0 when left out: profiles written before it existed load unchanged).
 _OPTIONAL_YAML_KEYS: dict[str, tuple[str, str]] = {"chunk_overhead": ("chunk_overhead_us", "us")}
-_ALL_YAML_KEYS = {**_YAML_KEYS, **_OPTIONAL_YAML_KEYS}
+# Never fitted, optional in YAML (0 when left out): facts of the network given to the model.
+_FIXED_YAML_KEYS: dict[str, tuple[str, str]] = {"link_latency": ("link_latency_us", "us")}
+FIXED_PARAMS: tuple[str, ...] = tuple(_FIXED_YAML_KEYS)
+"""Parameters costs may use that no fit sets (:attr:`MachineProfile.link_latency`)."""
+_ALL_YAML_KEYS = {**_YAML_KEYS, **_OPTIONAL_YAML_KEYS, **_FIXED_YAML_KEYS}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -110,6 +114,13 @@ class MachineProfile:
     """Seconds of the cores' work each phase of each chunk of a pipelined call adds (starting and completing its
     non-blocking collective, slicing the chunk); fitted on pipelined rows after the linear parameters
     (``pccl_torch.sim.fit``), optional in YAML (``chunk_overhead_us``, 0 when left out)."""
+    link_latency: float = 0.0
+    """One-way latency of the wire between two nodes beyond what the fitted latencies saw (the testbed's added delay:
+    half its round-trip time, :meth:`with_link_rtt`). Every message step that crosses nodes pays it, whatever runs
+    it: pccl's point-to-point steps (``alpha_inter`` + this), the MPI library's own collectives
+    (``alpha_mpi_native`` + this) and the vendor ring or tree (``alpha_vendor_step`` + this). Not fitted: profiles
+    are fitted on links without added delay, then given the measured round trip (``link_latency_us`` in YAML, 0 when
+    left out)."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each number comes from, keyed by field name."""
 
@@ -128,7 +139,7 @@ class MachineProfile:
             raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {self.device!r}.")
         if self.device == "cuda" and self.vendor_library == "gloo":
             raise ValueError("device cuda needs a GPU vendor library (nccl or rccl), got 'gloo'.")
-        for param in (*PARAMS, *_OPTIONAL_YAML_KEYS):
+        for param in (*PARAMS, *_OPTIONAL_YAML_KEYS, *FIXED_PARAMS):
             value = getattr(self, param)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
                 raise ValueError(f"{param} must be a finite number >= 0, got {value!r}.")
@@ -153,7 +164,7 @@ class MachineProfile:
         for key in TOPOLOGY_KEYS:
             if key in data:
                 values[key] = data.pop(key)
-        for param, (key, unit) in _OPTIONAL_YAML_KEYS.items():
+        for param, (key, unit) in {**_OPTIONAL_YAML_KEYS, **_FIXED_YAML_KEYS}.items():
             if key in data:
                 values[param] = _from_human(data.pop(key), unit, key)
         values["sources"] = {_field_of(k): str(v) for k, v in (data.pop("sources", None) or {}).items()}
@@ -163,10 +174,22 @@ class MachineProfile:
 
     def with_inter_link(self, latency_s: float, seconds_per_byte: float) -> "MachineProfile":
         """This machine behind a measured network: the inter-node latency and bandwidth (of MPI and of the
-        vendor ring across nodes) replaced by what ``pccl_torch.selection.links`` measured."""
-        return dataclasses.replace(self, alpha_inter=latency_s, beta_inter=seconds_per_byte,
-                                   beta_vendor_inter=seconds_per_byte,
-                                   alpha_vendor_step=max(self.alpha_vendor_step, latency_s))
+        vendor ring across nodes) replaced by what ``pccl_torch.selection.links`` measured.
+
+        A pccl step between nodes costs the measured ``latency_s`` and a vendor step at least that, as before; what
+        the measurement exceeds the fitted ``alpha_inter`` by is the wire's latency the fit did not see
+        (:attr:`link_latency`), which the MPI library's own collectives pay on each step between nodes too."""
+        wire = max(0.0, latency_s - self.alpha_inter)
+        return dataclasses.replace(self, alpha_inter=latency_s - wire, beta_inter=seconds_per_byte,
+                                   beta_vendor_inter=seconds_per_byte, link_latency=wire,
+                                   alpha_vendor_step=max(self.alpha_vendor_step, latency_s) - wire)
+
+    def with_link_rtt(self, rtt_s: float) -> "MachineProfile":
+        """This machine with ``rtt_s`` of round trip added between nodes (a profile fitted on links without added
+        delay, and the round trip ``pccl-testbed probe`` measured): :attr:`link_latency` is half of it."""
+        if not 0 <= rtt_s < math.inf:
+            raise ValueError(f"a round-trip time must be a finite number of seconds >= 0, got {rtt_s!r}.")
+        return dataclasses.replace(self, link_latency=rtt_s / 2)
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML mapping (human units), the inverse of :meth:`from_dict`."""

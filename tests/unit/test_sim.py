@@ -29,7 +29,11 @@ def coef(t: costs.Terms) -> dict[str, float]:
 
 
 def assert_terms(t: costs.Terms, expected: dict[str, float]) -> None:
+    """``t`` has exactly ``expected``'s coefficients; the wire's latency (``link_latency``, one per step that
+    crosses nodes) only where ``expected`` names it (its own tests: ``test_every_step_across_nodes_pays_the_wire``)."""
     got = coef(t)
+    if "link_latency" not in expected:
+        got.pop("link_latency", None)
     assert set(got) == {k for k, v in expected.items() if v}, (got, expected)
     for k, v in expected.items():
         assert got.get(k, 0.0) == pytest.approx(v, rel=1e-12), k
@@ -165,7 +169,7 @@ def test_gloo_reduce_scatter_is_an_all_reduce_of_a_copy():
     assert_terms(gloo, {**coef(ring), "copy": N + N / 4})
     # NCCL: a ring whose reductions overlap its transfers (no gamma term)
     assert set(coef(terms("reduce_scatter", "vendor", N, 2, 2, 1))) == {"overhead", "alpha_vendor_step",
-                                                                         "beta_vendor_inter"}
+                                                                         "link_latency", "beta_vendor_inter"}
 
 
 def test_contention():
@@ -691,3 +695,45 @@ def test_cli(tmp_path, capsys):
     assert main(["sweep", "--machine", "nowhere"]) == 2
     err = capsys.readouterr().err
     assert "unknown machine 'nowhere'" in err and "frontier" in err and "perlmutter" in err
+
+
+# ---- the wire's own latency (link_latency: the testbed's added round trip, halved) ------------------------------
+
+@pytest.mark.parametrize("collective, name, nodes, local, crossings", [
+    ("all_gather", "ring", 4, 1, 3),                 # every ring step crosses
+    ("all_gather", "ring", 2, 2, 3),                 # a ring step across a node boundary (flat, distance None)
+    ("all_gather", "recursive_doubling", 4, 2, 2),   # distances 1 (on the node), 2, 4 (across)
+    ("all_gather", "hier:ring", 4, 2, 3),            # the inter ring among 4 nodes; the vendor inside pays none
+    ("all_reduce", "hier:ring", 3, 2, 4),            # inter all-reduce ring: 2 (nodes - 1)
+    ("all_gather", "mpi", 4, 1, 3),                  # MPICH's own ring pays it too (it priced 48 us a step before)
+    ("all_gather", "vendor", 4, 2, 3),               # the vendor ring's steps across the 4 node boundaries... p-1
+])
+def test_every_step_across_nodes_pays_the_wire(collective, name, nodes, local, crossings):
+    """Each message step between nodes pays ``link_latency`` once, whatever library runs it: pccl's, MPI's own
+    collectives and the vendor ring. Before, MPI's native collectives priced a step across a 10 ms link at their
+    fitted 48 us, below one link latency."""
+    got = coef(terms(collective, name, N, nodes, local, 1))
+    assert got.get("link_latency", 0.0) == pytest.approx(crossings if name != "vendor" else nodes * local - 1)
+
+
+def test_link_rtt_adds_half_a_round_trip_to_every_step_across_nodes():
+    base = machine.load("local-cpu")
+    delayed = base.with_link_rtt(0.020)
+    assert delayed.link_latency == pytest.approx(0.010) and base.link_latency == 0.0
+    t = terms("all_gather", "mpi", N, 4, 2, 2)
+    assert t.time(delayed) - t.time(base) == pytest.approx(0.010 * coef(t)["link_latency"])
+    assert t.time(delayed) > 0.010 * 3  # MPICH's all-gather across 4 nodes: at least one latency a step
+    with pytest.raises(ValueError, match="round-trip"):
+        base.with_link_rtt(-1.0)
+
+
+def test_a_measured_inter_link_keeps_pccls_step_and_gives_mpi_the_wire_beyond_the_fit():
+    """``with_inter_link`` (the selector's measured link): pccl's step costs the measured latency and a vendor step
+    at least that, as before; MPI's native step pays what the measurement exceeds the fitted ``alpha_inter`` by."""
+    base = machine.load("local-cpu")
+    measured = base.with_inter_link(0.010, base.beta_inter)
+    assert measured.alpha_inter + measured.link_latency == pytest.approx(0.010)
+    assert measured.alpha_vendor_step + measured.link_latency == pytest.approx(max(base.alpha_vendor_step, 0.010))
+    assert measured.link_latency == pytest.approx(0.010 - base.alpha_inter)
+    fast = base.with_inter_link(base.alpha_inter / 2, base.beta_inter)  # below the fit: no wire beyond it
+    assert fast.link_latency == 0.0 and fast.alpha_inter == pytest.approx(base.alpha_inter / 2)
