@@ -128,12 +128,13 @@ def entry(recorder: flight_recorder.Recorder, record: flight_recorder.Record) ->
     }
 
 
-def snapshot(reason: str) -> dict[str, Any]:
-    """The dump of every live communicator's recorder: torch's keys plus ``backend``, ``reason`` and ``rank``."""
+def snapshot(reason: str, recorders: list[flight_recorder.Recorder] | None = None) -> dict[str, Any]:
+    """The dump of ``recorders`` (default: every live communicator's): torch's keys plus ``backend``, ``reason``
+    and ``rank``."""
     pg_config: dict[str, dict[str, str]] = {}
     pg_status: dict[str, dict[str, int]] = {}
     entries: list[dict[str, Any]] = []
-    for recorder in flight_recorder.live():
+    for recorder in flight_recorder.live() if recorders is None else recorders:
         records = recorder.records()
         pg_config[recorder.name] = {"name": recorder.name, "desc": GROUP_DESC, "ranks": str(recorder.world_ranks)}
         pg_status[recorder.name] = {
