@@ -30,6 +30,7 @@ from pccl_torch.communicator import (
 from pccl_torch.counters import stats
 from pccl_torch.ops import ReduceOp, premul_sum
 from pccl_torch.topology import Topology, TopologyError
+from pccl_torch.trace_dump import dump_trace
 from pccl_torch.work import Work
 
 __version__ = "0.1.0"
@@ -57,6 +58,7 @@ __all__ = [
     "all_to_all_single",
     "choose_algorithm",
     "default_communicator",
+    "dump_trace",
     "init",
     "init_process_group",
     "is_initialized",

@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd import profiler as torch_profiler
 
-from pccl_torch import profiling
+from pccl_torch import flight_recorder, profiling
 from pccl_torch.algorithms import Blocks
 from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction
@@ -66,7 +66,7 @@ class BoundCall:
     """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
 
     __slots__ = ("comm", "plan", "body", "nbytes", "dtype", "block", "offset", "entry", "async_op", "signature",
-                 "on_cuda", "host_driven", "label", "__weakref__")
+                 "on_cuda", "host_driven", "label", "recorder", "phased", "full", "__weakref__")
 
     def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
         self.comm = comm
@@ -90,6 +90,12 @@ class BoundCall:
         """Whether a level of the plan needs host memory (MPI): the worker drives it behind a gate."""
         self.label = f"{plan.collective} (plan {plan.name})"
         """The call as errors name it."""
+        self.recorder = comm.recorder
+        """The communicator's flight recorder (``pccl_torch.flight_recorder``; None when it is off)."""
+        self.phased = self.recorder is not None and plan.hierarchical
+        """Whether the plan has phases the recorder marks (``flight_recorder.active`` points at the call's slot)."""
+        self.full = self.signature is not None or (self.recorder is not None and self.recorder.stacks)
+        """Whether every call takes ``run`` (agreement, or a recorded stack), not the inlined blocking path."""
 
     def __call__(self, a: torch.Tensor, b: torch.Tensor | None = None) -> Work | None:
         """Number the call, then run it now (blocking: after the queued async calls) or queue it (``async_op``).
@@ -106,29 +112,46 @@ class BoundCall:
         if self.on_cuda:
             return self._issue_on_cuda(sequence, a, b)
         if self.async_op:
+            if self.recorder is not None:
+                self.recorder.begin(sequence, self, perf_counter(), started=False)
             work = functools.partial(self.run, sequence, a, b)
             return Work(executor.submit(profiling.carried(work) if torch_profiler._is_profiler_enabled else work),
                         self.plan.collective, self.plan.name)
         if executor._last is not None:
             executor.drain()
-        if self.signature is not None or torch_profiler._is_profiler_enabled:
+        if self.full or torch_profiler._is_profiler_enabled:
             self.run(sequence, a, b)
             return None
         start = perf_counter()  # the plain blocking call, inlined: a Python call less than run()
+        recorder = self.recorder
+        if recorder is not None:  # the flight recorder's slot, written in place (Recorder.begin, inlined)
+            slot = recorder.slots[sequence % recorder.size]
+            slot.seq = sequence
+            slot.call = self
+            slot.created = slot.started = start
+            slot.completed = 0.0
+            if self.phased:
+                slot.phase = None
+                flight_recorder.active = slot
         try:
             self.body(a, b)
         except Exception as exc:
             raise self._failed(exc, sequence)
+        end = perf_counter()
+        if recorder is not None:
+            slot.completed = end
         entry = self.entry
         entry[0] += 1
         entry[1] += self.nbytes
-        entry[2] += perf_counter() - start
+        entry[2] += end - start
         return None
 
     def _issue_on_cuda(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> Work | None:
         """Enqueue the call in the group's stream order and return (ProcessGroupNCCL's contract): a blocking call
         is an async one whose Work the caller's current stream waits for at once. A call the caller's thread
         enqueues (device levels only) that failed raises here, as a blocking CPU call does."""
+        if self.recorder is not None:
+            self.recorder.begin(sequence, self, perf_counter(), started=False)
         call = functools.partial(self.run, sequence, a, b)
         if torch_profiler._is_profiler_enabled:
             call = profiling.carried(call)
@@ -154,7 +177,16 @@ class BoundCall:
         return self._run(sequence, a, b)
 
     def _run(self, sequence: int, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        comm, plan = self.comm, self.plan
+        comm, plan, recorder = self.comm, self.plan, self.recorder
+        slot = None
+        if recorder is not None:  # scheduled already when queued (async, CUDA): started now
+            slot = recorder.slots[sequence % recorder.size]
+            if slot.seq != sequence or slot.call is not self:
+                slot = recorder.begin(sequence, self, perf_counter(), started=True)
+            else:
+                slot.started = perf_counter()
+            if self.phased:
+                flight_recorder.active = slot
         try:
             if self.signature is not None:
                 if comm.check:
@@ -165,7 +197,10 @@ class BoundCall:
             result = self.body(a, b)
         except Exception as exc:
             raise self._failed(exc, sequence)
-        seconds = perf_counter() - start
+        end = perf_counter()
+        if slot is not None:
+            slot.completed = end
+        seconds = end - start
         entry = self.entry
         entry[0] += 1
         entry[1] += self.nbytes
@@ -178,6 +213,8 @@ class BoundCall:
         """The error call ``sequence`` raises for ``exc``: a mismatch found before any data moved leaves the
         communicator sound; anything else breaks it, a peer that never answered as ``PcclTimeoutError``."""
         comm, plan = self.comm, self.plan
+        if self.recorder is not None:
+            self.recorder.failed(sequence, f"{type(exc).__name__}: {exc}", getattr(exc, "peers", ()))
         if isinstance(exc, PcclMismatchError):
             return exc
         if isinstance(exc, Stalled):

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from pccl_torch import failure_notice, hotpath, launcher
+from pccl_torch import failure_notice, flight_recorder, hotpath, launcher, trace_dump
 from pccl_torch.errors import CommunicatorBrokenError, PcclError
 from pccl_torch.topology import Topology, detect
 from pccl_torch.triton_kernels._backend import wants_triton
@@ -221,6 +221,8 @@ class Communicator:
     """Shapes bound into :attr:`calls` since it last started over."""
     hot: object | None = field(default=None, repr=False)
     """The bound shapes the compiled hot path runs (``pccl_torch.hotpath``; None without it)."""
+    recorder: flight_recorder.Recorder | None = field(default=None, init=False, repr=False)
+    """The flight recorder's ring of recent calls (``PCCL_TRACE_BUFFER``; None when it is 0)."""
     on_device: Callable[[torch.Tensor], bool] = field(init=False, repr=False)
     """Whether a tensor lives on this communicator's device (a C-level getter for CPU: the call-shape cache asks
     on every call)."""
@@ -230,7 +232,13 @@ class Communicator:
         self.on_device = operator.attrgetter("is_cpu") if self.device.type == "cpu" else \
             (lambda tensor: tensor.get_device() == index)
         wants_triton(torch.empty(0, device=self.device))  # a bad PCCL_KERNELS fails here, not mid-collective
-        self.hot = hotpath.table()
+        slots = flight_recorder.buffer_size()
+        self.hot = hotpath.table(slots)
+        if slots:
+            self.recorder = flight_recorder.Recorder(slots, self.topology.rank, _launch_ranks(self.world),
+                                                     self.timeout_s, flight_recorder.stacks_wanted())
+            self.recorder.hot = self.hot
+            trace_dump.install()
         _LIVE.add(self)
         if self.control is None:
             self.control = self.world
@@ -293,6 +301,7 @@ class Communicator:
         """Record the failure; later calls raise at once, and the process will exit without finalizing MPI."""
         if self.broken is None:
             self.broken = error
+            trace_dump.dump_on_failure(f"broken communicator: {error}")  # before abort: nothing it does can hang
             for transport in self.transports():
                 transport.abort()
             _exit_without_finalize_at_exit()
@@ -349,6 +358,21 @@ def _release_bound_calls() -> None:
 
 
 @functools.cache
+def _launch_ranks(world: Transport) -> list[int]:
+    """The ranks of ``world`` in the launch's numbering (MPI's world; else the group's own), for the recorder's
+    dumps. Local: MPI translates ranks without a message."""
+    comm = getattr(world, "comm", None)
+    size = world.size
+    if comm is not None:
+        try:
+            from mpi4py import MPI
+
+            return list(MPI.Group.Translate_ranks(comm.Get_group(), list(range(size)), MPI.COMM_WORLD.Get_group()))
+        except Exception:  # noqa: BLE001 - a transport without MPI groups: its own numbering
+            pass
+    return list(range(size))
+
+
 def _exit_without_finalize_at_exit() -> None:
     """After a failed collective, MPI_Finalize (and gloo's teardown) could wait forever for the dead or
     stuck peer. At interpreter exit, flush and leave with status 1 before they run (as NCCL's async error

@@ -23,13 +23,18 @@ the interpreter's C-level handler writes the signal's number there at once, and 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 ENV = "PCCL_FAILURE_SIGNAL"
 _noticed_at: float | None = None
+listeners: list[Callable[[], None]] = []
+"""Called once, on the first notice (the flight recorder's dump: ``pccl_torch.trace_dump``), on whichever thread
+saw it; an error in one is swallowed (a notice must never raise)."""
 _wakeup_read: int | None = None
 """Read end of the signal wakeup pipe, when ``install`` could take the wakeup fd."""
 
@@ -38,6 +43,9 @@ def _record(signum: int, frame: object) -> None:
     global _noticed_at
     if _noticed_at is None:
         _noticed_at = time.monotonic()
+        for listener in list(listeners):
+            with contextlib.suppress(Exception):
+                listener()
 
 
 def install() -> bool:

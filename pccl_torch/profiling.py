@@ -43,6 +43,8 @@ from typing import Any
 import torch
 from torch.autograd import profiler as torch_profiler
 
+from pccl_torch import flight_recorder
+
 try:
     from torch._C._profiler import _RecordFunctionFast  # a range with keyword arguments (torch >= 2.4)
 except ImportError:  # pragma: no cover - older torch: names only
@@ -95,7 +97,8 @@ def carried(fn: Callable[[], Any]) -> Callable[[], Any]:
 def phase(name: str, data: torch.Tensor, level: Any = None) -> contextlib.AbstractContextManager[Any]:
     """The range of one phase of a call (``pccl:intra:all_gather``...), nested in the call's: ``bytes`` of
     ``data`` (what the phase works on) and, for an exchange, the ``group_size`` of its ``level`` (a transport).
-    A shared empty context when no profiler records."""
+    A shared empty context when no profiler records. Either way the flight recorder notes the phase reached."""
+    flight_recorder.mark_phase(name)
     if not torch_profiler._is_profiler_enabled:
         return _OFF
     args = {"bytes": data.numel() * data.element_size()}
@@ -110,7 +113,8 @@ def chunk_step(what: str, chunk: int, level: Any = None,
     (an exchange's issue, or a local step's whole work) as ``pccl:<phase>``, or with ``waiting`` its completion as
     ``pccl:wait``, carrying the ``chunk``, the step (``phase``) and, for an exchange, the ``group_size`` of its
     ``level``. Chunks overlap, so a started exchange's own time shows as the gap to its ``pccl:wait``. A shared
-    empty context when no profiler records."""
+    empty context when no profiler records. Either way the flight recorder notes the step reached."""
+    flight_recorder.mark_phase(f"{'wait ' if waiting else ''}{what}", chunk)
     if not torch_profiler._is_profiler_enabled:
         return _OFF
     words = what.split(" (")[0].replace("-", "_").split(" ")  # "inter all-gather (encoded)", "decode and combine"

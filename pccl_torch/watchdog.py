@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 
-from pccl_torch import failure_notice
+from pccl_torch import failure_notice, trace_dump
 
 _TICK_S = 0.1
 _ABORT_GRACE_S = 2.0
@@ -74,6 +74,7 @@ def _abort(reason: str) -> None:
     sys.stderr.write(f"pccl (rank {rank}): {reason}. Aborting the MPI job (PCCL_WAIT=blocking; "
                      "PCCL_WAIT=bounded makes each rank raise PcclTimeoutError instead).\n")
     sys.stderr.flush()
+    trace_dump.dump_on_failure(f"watchdog: {reason}")
     # MPI_Abort may itself wait on a launcher that is already gone (mpiexec -disable-auto-cleanup after a
     # failure): leave after a grace period whatever it does.
     threading.Timer(_ABORT_GRACE_S, os._exit, (1,)).start()

@@ -113,9 +113,10 @@ def setup(default_holder: dict, default_name: str, ops: list[tuple[object, str]]
                    handle(MPI.SUM))
 
 
-def table() -> Any:
-    """A communicator's table of hot shapes (None without the extension)."""
-    return _ext.Table() if _ext is not None else None
+def table(trace: int = 0) -> Any:
+    """A communicator's table of hot shapes, with a flight-recorder ring of ``trace`` slots for the calls it runs
+    (``pccl_torch.flight_recorder``; 0: none); None without the extension."""
+    return _ext.Table(trace) if _ext is not None else None
 
 
 class Spec(NamedTuple):
@@ -165,7 +166,7 @@ def register(table_: Any, kind: str, dtype: Any, a: int, b: int, op: Any, bound:
     table_.add(KINDS.index(kind), dtype, a, b, handle(op) if op is not None else 0, handle(spec.comm),
                handle(spec.datatype), handle(spec.op), spec.count, bound.nbytes, bound.block, bound.offset,
                bound.comm.topology.world_size, handle(spec.request), spec.staged_in, spec.staged_out,
-               spec.watch is None, spec.spin_s, bound.entry, spec.watch, on_error, on_slow, spec.keep)
+               spec.watch is None, spec.spin_s, bound.entry, spec.watch, on_error, on_slow, spec.keep, bound)
 
 
 def hits(comm: Any) -> int:

@@ -93,13 +93,23 @@ struct Bound {
   PyObject* on_error;  // on_error(code, sequence) -> the exception to raise
   PyObject* on_slow;   // on_slow(request handle, sequence, waited) -> None or the exception to raise
   PyObject* keep;      // whatever owns the staging memory
+  PyObject* call;      // the calls.BoundCall: what the flight recorder's records name
   int refs;            // the table's, and each call's in progress (a table cleared meanwhile frees it after)
+};
+
+// One call in the flight recorder's ring (pccl_torch/flight_recorder.py): written in place, nothing allocated.
+struct Rec {
+  long long seq;     // the call's sequence number (0: never written)
+  PyObject* call;    // its calls.BoundCall (a reference)
+  double started;    // now_s() when it started
+  double completed;  // now_s() when it completed (0: not yet)
 };
 
 typedef struct {
   PyObject_HEAD
   std::unordered_map<Key, Bound*, KeyHash>* map;
   unsigned long long hits;  // calls run here (what tests and `pccl_torch.hotpath.hits` read)
+  std::vector<Rec>* ring;   // the flight recorder's ring of the calls run here (nullptr: recording off)
 } Table;
 
 typedef struct {
@@ -136,6 +146,7 @@ void release(Bound* b) {
   Py_XDECREF(b->on_error);
   Py_XDECREF(b->on_slow);
   Py_XDECREF(b->keep);
+  Py_XDECREF(b->call);
   delete b;
 }
 
@@ -150,8 +161,11 @@ int Table_traverse(Table* self, visitproc visit, void* arg) {
       Py_VISIT(b->on_error);
       Py_VISIT(b->on_slow);
       Py_VISIT(b->keep);
+      Py_VISIT(b->call);
     }
   }
+  if (self->ring)
+    for (auto& r : *self->ring) Py_VISIT(r.call);
   return 0;
 }
 
@@ -165,32 +179,69 @@ int Table_clear_refs(Table* self) {
   return 0;
 }
 
+// Drop the ring's references too (the GC's clear and dealloc; `clear()` keeps the ring: it is history).
+int Table_clear_all(Table* self) {
+  Table_clear_refs(self);
+  if (self->ring)
+    for (auto& r : *self->ring) Py_CLEAR(r.call);
+  return 0;
+}
+
 void Table_dealloc(Table* self) {
   PyObject_GC_UnTrack(self);
-  Table_clear_refs(self);
+  Table_clear_all(self);
   delete self->map;
   self->map = nullptr;
+  delete self->ring;
+  self->ring = nullptr;
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
-PyObject* Table_new(PyTypeObject* type, PyObject*, PyObject*) {
+// Table(trace=0): `trace` slots of the flight recorder's ring (0: no ring).
+PyObject* Table_new(PyTypeObject* type, PyObject* args, PyObject* kwds) {
+  Py_ssize_t trace = 0;
+  static const char* names[] = {"trace", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n", (char**)names, &trace)) return nullptr;
+  if (trace < 0) {
+    PyErr_SetString(PyExc_ValueError, "trace must be 0 or more slots");
+    return nullptr;
+  }
   Table* self = (Table*)type->tp_alloc(type, 0);
-  if (self) self->map = new std::unordered_map<Key, Bound*, KeyHash>();
+  if (!self) return nullptr;
+  self->map = new std::unordered_map<Key, Bound*, KeyHash>();
+  self->ring = trace ? new std::vector<Rec>((size_t)trace, Rec{0, nullptr, 0.0, 0.0}) : nullptr;
   return (PyObject*)self;
 }
 
+// trace() -> [(seq, call, started, completed)] of the ring's written slots, in slot order.
+PyObject* Table_trace(Table* self, PyObject*) {
+  PyObject* out = PyList_New(0);
+  if (!out || !self->ring) return out;
+  for (const auto& r : *self->ring) {
+    if (!r.call) continue;
+    PyObject* item = Py_BuildValue("(LOdd)", r.seq, r.call, r.started, r.completed);
+    if (!item || PyList_Append(out, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return out;
+}
+
 // add(kind, dtype, a, b, op, comm, datatype, mpi_op, count, nbytes, block, offset, world, request, staged_in,
-//     staged_out, polled, spin_s, entry, watch, on_error, on_slow, keep)
+//     staged_out, polled, spin_s, entry, watch, on_error, on_slow, keep, call)
 PyObject* Table_add(Table* self, PyObject* args) {
   int kind, polled;
-  PyObject *dtype, *entry, *watch, *on_error, *on_slow, *keep;
+  PyObject *dtype, *entry, *watch, *on_error, *on_slow, *keep, *call;
   long long a, b, count, nbytes, block, offset, world;
   unsigned long long op, comm, datatype, mpi_op, request, staged_in, staged_out;  // handles, addresses: bit masks
   double spin_s;
-  if (!PyArg_ParseTuple(args, "iO!LLKKKKLLLLLKKKpdOOOOO", &kind, &THPDtypeType, &dtype, &a, &b, &op, &comm,
+  if (!PyArg_ParseTuple(args, "iO!LLKKKKLLLLLKKKpdOOOOOO", &kind, &THPDtypeType, &dtype, &a, &b, &op, &comm,
                         &datatype, &mpi_op, &count, &nbytes, &block, &offset, &world, &request, &staged_in,
                         &staged_out,
-                        &polled, &spin_s, &entry, &watch, &on_error, &on_slow, &keep))
+                        &polled, &spin_s, &entry, &watch, &on_error, &on_slow, &keep, &call))
     return nullptr;
   if (kind < 0 || kind >= KINDS) {
     PyErr_SetString(PyExc_ValueError, "unknown collective kind");
@@ -233,6 +284,8 @@ PyObject* Table_add(Table* self, PyObject* args) {
   bound->on_slow = on_slow;
   Py_INCREF(keep);
   bound->keep = keep;
+  Py_INCREF(call);
+  bound->call = call;
   auto found = self->map->find(key);
   if (found != self->map->end()) {
     release(found->second);
@@ -253,6 +306,7 @@ Py_ssize_t Table_len(Table* self) { return self->map ? (Py_ssize_t)self->map->si
 PyMethodDef Table_methods[] = {
     {"add", (PyCFunction)Table_add, METH_VARARGS, "Bind a call shape (see pccl_torch.hotpath.register)."},
     {"clear", (PyCFunction)Table_clear, METH_NOARGS, "Forget every bound shape."},
+    {"trace", (PyCFunction)Table_trace, METH_NOARGS, "The flight recorder's ring: [(seq, call, started, completed)]."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyObject* Table_get_hits(Table* self, void*) { return PyLong_FromUnsignedLongLong(self->hits); }
@@ -619,8 +673,10 @@ PyObject* raise_from(PyObject* handler, PyObject* args) {
 }
 
 // Run one numbered call of `b`; None, or nullptr with the error set.
-PyObject* run(Bound* b, long long sequence, char* a, char* in, bool in_place) {
+// `rec`: the call's slot in the flight recorder's ring (nullptr: off), given its times here.
+PyObject* run(Bound* b, long long sequence, char* a, char* in, bool in_place, Rec* rec) {
   double start = now_s();
+  if (rec) rec->started = start;
   int rc;
   bool persistent = b->request != MPI_REQUEST_NULL;
   if (persistent) copy_in(b, a, in, in_place);
@@ -664,7 +720,9 @@ PyObject* run(Bound* b, long long sequence, char* a, char* in, bool in_place) {
     learn(b, now_s() - began);
   }
   if (persistent) copy_out(b, a);
-  double seconds = now_s() - start;
+  double end = now_s();
+  if (rec) rec->completed = end;
+  double seconds = end - start;
   PyObject* entry = b->entry;
   if (bump(entry, 0, PyLong_FromLong(1)) < 0 || bump(entry, 1, PyLong_FromLongLong(b->nbytes)) < 0 ||
       bump(entry, 2, PyFloat_FromDouble(seconds)) < 0)
@@ -850,13 +908,24 @@ PyObject* Entry_vectorcall(PyObject* callable, PyObject* const* args, size_t nar
   }
   table->hits++;
   b->refs++;  // held while the GIL is released: a table cleared meanwhile (close()) frees it afterwards
+  Rec* rec = nullptr;
+  if (table->ring) {  // the flight recorder's slot, overwritten in place
+    rec = &(*table->ring)[(size_t)sequence % table->ring->size()];
+    rec->seq = sequence;
+    rec->completed = 0.0;
+    rec->started = 0.0;
+    PyObject* old = rec->call;
+    Py_INCREF(b->call);
+    rec->call = b->call;
+    Py_XDECREF(old);
+  }
   PyObject* result;
   if (C10_UNLIKELY(profiled())) {  // inside the call's ranges, as the Python path's calls run
     Ranges ranges;
     trace(ranges, b, args[0], sequence);
-    result = run(b, sequence, a, in, in_place);
+    result = run(b, sequence, a, in, in_place, rec);
   } else {
-    result = run(b, sequence, a, in, in_place);
+    result = run(b, sequence, a, in, in_place, rec);
   }
   release(b);
   return result;
@@ -982,7 +1051,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   TableType.tp_new = Table_new;
   TableType.tp_dealloc = (destructor)Table_dealloc;
   TableType.tp_traverse = (traverseproc)Table_traverse;
-  TableType.tp_clear = (inquiry)Table_clear_refs;
+  TableType.tp_clear = (inquiry)Table_clear_all;
   TableType.tp_methods = Table_methods;
   TableType.tp_as_sequence = &Table_as_sequence;
   TableType.tp_getset = Table_getset;

@@ -1,0 +1,60 @@
+"""The flight recorder under real ``mpiexec`` launches (4 ranks, 2 emulated nodes x 2, ``PCCL_WAIT=bounded``):
+the dumps every rank leaves, read by ``pccl-trace`` and by the analyzer torch ships (``fr_trace``, not a copy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import HERE, ROOT, mpiexec
+
+pytestmark = pytest.mark.multiprocess
+RANKS = 4
+LATE_CALL = 4
+"""The faulty call's number: the driver's ``WARM_CALLS + 1``."""
+
+
+def _launch(kind: str, out: Path) -> Path:
+    dumps = out / "dumps"
+    env = dict(os.environ, PCCL_WAIT="bounded", PCCL_TRACE_DIR=str(dumps), PYTHONPATH=str(ROOT))
+    env.pop("PCCL_ALGO", None)
+    subprocess.run([mpiexec(), "-disable-auto-cleanup", "-n", str(RANKS), "-env", "PCCL_LOCAL_SIZE", "2",
+                    sys.executable, str(HERE / "trace_driver.py"), kind, "--out", str(out)],
+                   env=env, timeout=120, capture_output=True, text=True)
+    return dumps
+
+
+def _tool(*args: str) -> str:
+    """Run a module under this interpreter; its whole output (it must succeed)."""
+    done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_late_rank_is_named_by_both_tools(tmp_path) -> None:
+    dumps = _launch("late", tmp_path)
+    assert sorted(p.name for p in dumps.iterdir()) == [f"pccl_trace_rank_{r}" for r in range(RANKS)]
+    report = _tool("pccl_torch.trace_report", str(dumps))
+    assert f"BEHIND: rank 3 never started call #{LATE_CALL} (all_reduce #{LATE_CALL}, hier:ring)" in report
+    assert "in phase pccl:" in report and "waiting for rank(s)" in report
+    data = json.loads(_tool("pccl_torch.trace_report", "--json", str(dumps)))
+    assert list(data["groups"]["0"]["behind"]) == ["3"]
+    torch_says = _tool("torch.distributed.flight_recorder.fr_trace", str(dumps))
+    assert f"Not all ranks joining collective, sequence number: {LATE_CALL}" in torch_says
+    assert "missing ranks: {3}" in torch_says and "nccl:all_reduce" in torch_says
+
+
+def test_mismatched_call_is_named_by_both_tools(tmp_path) -> None:
+    dumps = _launch("mismatch", tmp_path)
+    assert len(list(dumps.iterdir())) == RANKS
+    report = _tool("pccl_torch.trace_report", str(dumps))
+    assert f"MISMATCH at #{LATE_CALL}: rank 3 called all_reduce (mpi) Float in [[1000]]" in report
+    torch_says = _tool("torch.distributed.flight_recorder.fr_trace", str(dumps))
+    assert f"Collective sequence number: {LATE_CALL} has errors" in torch_says
+    assert "SIZE_OR_SYNTAX_MISMATCH" in torch_says and "[[1000]]" in torch_says
