@@ -93,7 +93,7 @@ class BoundCall:
         self.recorder = comm.recorder
         """The communicator's flight recorder (``pccl_torch.flight_recorder``; None when it is off)."""
         self.phased = self.recorder is not None and plan.hierarchical
-        """Whether the plan has phases the recorder marks (``flight_recorder.active`` points at the call's slot)."""
+        """Whether the plan has phases the recorder marks (``flight_recorder.running.slot`` of the thread that runs it points at the call's slot)."""
         self.full = self.signature is not None or (self.recorder is not None and self.recorder.stacks)
         """Whether every call takes ``run`` (agreement, or a recorded stack), not the inlined blocking path."""
 
@@ -132,7 +132,7 @@ class BoundCall:
             slot.completed = 0.0
             if self.phased:
                 slot.phase = None
-                flight_recorder.active = slot
+                flight_recorder.running.slot = slot
         try:
             self.body(a, b)
         except Exception as exc:
@@ -186,7 +186,7 @@ class BoundCall:
             else:
                 slot.started = perf_counter()
             if self.phased:
-                flight_recorder.active = slot
+                flight_recorder.running.slot = slot
         try:
             if self.signature is not None:
                 if comm.check:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 import traceback
 import weakref
@@ -29,8 +30,10 @@ DEFAULT_SIZE = 2000
 STACK_LIMIT = 32
 """Frames kept of an issuing stack (``PCCL_TRACE_STACK=1``)."""
 
-active: Slot | None = None
-"""The slot of the call whose phases are running now (set by ``calls.BoundCall`` for plans with phases)."""
+running = threading.local()
+"""``running.slot``: the slot of the call whose phases run on this thread now (set by ``calls.BoundCall`` for plans
+with phases). Per thread: a group's worker, another group's worker and the caller run calls at once, and each
+phase belongs to the call of its own thread."""
 
 _ids = itertools.count()
 _live: weakref.WeakSet[Recorder] = weakref.WeakSet()
@@ -157,7 +160,7 @@ class Recorder:
 def mark_phase(name: str, step: int = -1) -> None:
     """Record that the running call reached phase ``name`` (``pccl:inter:all_gather``...), chunk ``step`` of a
     pipelined plan: two attribute writes, for ``pccl_torch.profiling`` to call on every phase."""
-    slot = active
+    slot = getattr(running, "slot", None)
     if slot is not None:
         slot.phase = name
         slot.step = step

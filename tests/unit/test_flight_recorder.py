@@ -39,16 +39,29 @@ def test_ring_keeps_the_newest_calls_in_preallocated_slots() -> None:
     assert all(a is b for a, b in zip(slots, recorder.slots))  # written in place, never replaced
 
 
-def test_phase_is_marked_on_the_active_slot_only() -> None:
+def test_phase_is_marked_on_the_running_slot_of_its_own_thread_only() -> None:
+    """A phase belongs to the call its thread runs: another thread's call (a group's worker beside the caller)
+    never receives it."""
+    import threading
+
     recorder = _recorder(0)
     slot = recorder.begin(1, _call(), 1.0, started=True)
-    flight_recorder.active = slot
+    other = recorder.begin(2, _call(), 1.0, started=True)
+    flight_recorder.running.slot = slot
     try:
+        def on_other_thread() -> None:
+            flight_recorder.running.slot = other
+            flight_recorder.mark_phase("pccl:intra:reduce_scatter", 0)
+
+        thread = threading.Thread(target=on_other_thread)
+        thread.start()
+        thread.join()
         flight_recorder.mark_phase("pccl:inter:all_gather", 2)
     finally:
-        flight_recorder.active = None
+        flight_recorder.running.slot = None
     flight_recorder.mark_phase("pccl:intra:all_gather")  # no call running: nothing to mark
     assert (slot.phase, slot.step) == ("pccl:inter:all_gather", 2)
+    assert (other.phase, other.step) == ("pccl:intra:reduce_scatter", 0)
 
 
 @pytest.mark.parametrize("value, error", [("x", "expected a number"), ("-1", "must be 0")])
