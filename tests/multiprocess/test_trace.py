@@ -58,3 +58,33 @@ def test_mismatched_call_is_named_by_both_tools(tmp_path) -> None:
     torch_says = _tool("torch.distributed.flight_recorder.fr_trace", str(dumps))
     assert f"Collective sequence number: {LATE_CALL} has errors" in torch_says
     assert "SIZE_OR_SYNTAX_MISMATCH" in torch_says and "[[1000]]" in torch_says
+
+
+SIGNAL_SCRIPT = """
+import os, signal, sys, time
+import torch
+import pccl_torch as pc
+pc.init()
+for _ in range(3):
+    pc.all_reduce(torch.ones(8))
+os.kill(os.getpid(), signal.SIGUSR2)
+deadline = time.monotonic() + 20
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+pc.shutdown()
+"""
+
+
+def test_a_signal_dumps_a_running_rank_without_stopping_it(tmp_path) -> None:
+    """SIGUSR2 (``PCCL_TRACE_SIGNAL``) writes the rank's dump and the rank goes on: the file holds its 3 calls,
+    completed (without the handler SIGUSR2 would end the process)."""
+    dumps = tmp_path / "dumps"
+    env = dict(os.environ, PCCL_TRACE_DIR=str(dumps), PYTHONPATH=str(ROOT))
+    done = subprocess.run([mpiexec(), "-n", "1", sys.executable, "-c", SIGNAL_SCRIPT,
+                           str(dumps / "pccl_trace_rank_0")], env=env, timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import pickle
+
+    data = pickle.loads((dumps / "pccl_trace_rank_0").read_bytes())
+    calls = [e for e in data["entries"] if e["profiling_name"] == "nccl:all_reduce"]
+    assert len(calls) == 3 and all(e["state"] == "completed" for e in calls), data["entries"]
