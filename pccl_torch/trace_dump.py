@@ -189,13 +189,25 @@ def _on_failure_notice() -> None:
     dump_on_failure("the launcher reported a failed process")
 
 
+def _on_terminate(signum: int, frame: object) -> None:
+    """SIGTERM, as a launcher ends the ranks still running once one failed (torchrun's agent, mpiexec): the
+    failure's dump (once), then the default action, so the process still ends as it would have."""
+    dump_on_failure("terminated by SIGTERM (the launcher ends the job)")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def install() -> None:
-    """Dump on the launcher's failure notice, and on :data:`SIGNAL_ENV`'s signal (``SIGUSR2``; ``0``: none) where
-    nobody else handles it and this is the main thread. Idempotent."""
+    """Dump on the launcher's failure notice, on SIGTERM (once, then the default action) and on :data:`SIGNAL_ENV`'s
+    signal (``SIGUSR2``; ``0``: none), each where nobody else handles it and this is the main thread. Idempotent."""
     if _on_failure_notice not in failure_notice.listeners:
         failure_notice.listeners.append(_on_failure_notice)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a rank a launcher terminates leaves its record too
+        signal.signal(signal.SIGTERM, _on_terminate)
     name = os.environ.get(SIGNAL_ENV, "SIGUSR2").strip()
-    if name == "0" or threading.current_thread() is not threading.main_thread():
+    if name == "0":
         return
     try:
         signum = signal.Signals[name] if not name.isdigit() else signal.Signals(int(name))

@@ -29,6 +29,18 @@ def _launch(kind: str, out: Path) -> Path:
     return dumps
 
 
+def _launch_torchrun(kind: str, out: Path) -> Path:
+    """The same trial under torchrun (levels over torch groups, no MPI): when the others fail, torchrun's agent
+    ends the late rank with SIGTERM, on which it dumps."""
+    dumps = out / "dumps"
+    env = dict(os.environ, PCCL_WAIT="bounded", PCCL_TRACE_DIR=str(dumps), PYTHONPATH=str(ROOT), PCCL_LOCAL_SIZE="2")
+    env.pop("PCCL_ALGO", None)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS),
+                    str(HERE / "trace_driver.py"), kind, "--out", str(out)],
+                   env=env, timeout=120, capture_output=True, text=True)
+    return dumps
+
+
 def _tool(*args: str) -> str:
     """Run a module under this interpreter; its whole output (it must succeed)."""
     done = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=60,
@@ -48,6 +60,18 @@ def test_late_rank_is_named_by_both_tools(tmp_path) -> None:
     torch_says = _tool("torch.distributed.flight_recorder.fr_trace", str(dumps))
     assert f"Not all ranks joining collective, sequence number: {LATE_CALL}" in torch_says
     assert "missing ranks: {3}" in torch_says and "nccl:all_reduce" in torch_says
+
+
+def test_late_rank_under_torchrun_dumps_on_sigterm_and_is_named_by_both_tools(tmp_path) -> None:
+    """torchrun has no failure notice: the late rank's record comes from its SIGTERM handler (without it, torch's
+    analyzer stops at 'Missing dump files from ranks {3}')."""
+    dumps = _launch_torchrun("late", tmp_path)
+    assert sorted(p.name for p in dumps.iterdir()) == [f"pccl_trace_rank_{r}" for r in range(RANKS)]
+    report = _tool("pccl_torch.trace_report", str(dumps))
+    assert f"BEHIND: rank 3 never started call #{LATE_CALL} (all_reduce #{LATE_CALL}, hier:ring)" in report
+    torch_says = _tool("torch.distributed.flight_recorder.fr_trace", str(dumps))
+    assert f"Not all ranks joining collective, sequence number: {LATE_CALL}" in torch_says
+    assert "missing ranks: {3}" in torch_says
 
 
 def test_mismatched_call_is_named_by_both_tools(tmp_path) -> None:
