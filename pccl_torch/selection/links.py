@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import socket
 import statistics
@@ -39,6 +40,13 @@ BANDWIDTH_BYTES = {"intra": 1 << 20, "inter": 256 * 1024}
 """Bytes of the bandwidth exchanges: shared memory needs a larger message than a network to time above the noise
 of ranks sharing cores (1 MiB: ~0.3 ms here; 256 KiB: ~2 ms at 1 Gbit/s, ~10 ms at 200 Mbit/s)."""
 BANDWIDTH_ROUNDS = 4
+LATENCY_SPAN = 4
+"""The bandwidth exchange lasts at least this many one-way latencies at :data:`NOMINAL_BYTES_PER_S`: on a link
+with latency (20 ms round trip) a 256 KiB exchange is mostly latency and TCP's first window, and its bandwidth
+came out ~5x low (182 Mbit/s on a 1 Gbit/s testbed link)."""
+NOMINAL_BYTES_PER_S = 125e6
+"""1 Gbit/s: the rate the exchange's size is chosen for (a faster link only makes the exchange shorter)."""
+MAX_BANDWIDTH_BYTES = 16 << 20
 CHECK_BYTES = 64 * 1024
 CHECK_TOLERANCE = 2.0
 CACHE_FORMAT = "pccl-links-1"
@@ -103,11 +111,38 @@ def _exchange(transport: Transport, peer: int, nbytes: int, rounds: int,
 
 
 def _measure_pair(transport: Transport, peer: int, nbytes: int, device: torch.device) -> Link:
-    """Latency: the median small exchange; bandwidth: the fastest large one, less that latency."""
+    """Latency: the median small exchange; bandwidth: the fastest large one, less that latency. The large one is
+    at least ``nbytes`` and long enough to outlast the latency (:func:`bandwidth_bytes`, the pair's larger
+    latency, so both sides exchange the same size)."""
     _exchange(transport, peer, LATENCY_BYTES, 2, device)  # connect
     latency = statistics.median(_exchange(transport, peer, LATENCY_BYTES, LATENCY_ROUNDS, device))
+    nbytes = bandwidth_bytes(nbytes, max(latency, _peer_value(transport, peer, latency, device)))
     large = min(_exchange(transport, peer, nbytes, BANDWIDTH_ROUNDS, device))
     return Link(latency, nbytes / max(large - latency, 1e-9))
+
+
+def bandwidth_bytes(least: int, latency_s: float) -> int:
+    """Bytes of a bandwidth exchange over a link of one-way ``latency_s``: ``least``, or the power of two that lasts
+    :data:`LATENCY_SPAN` latencies at :data:`NOMINAL_BYTES_PER_S` (at most :data:`MAX_BANDWIDTH_BYTES`)."""
+    wanted = LATENCY_SPAN * latency_s * NOMINAL_BYTES_PER_S
+    if wanted <= least:
+        return least
+    return min(1 << math.ceil(math.log2(wanted)), MAX_BANDWIDTH_BYTES)
+
+
+def _peer_value(transport: Transport, peer: int, value: float, device: torch.device) -> float:
+    """``peer``'s ``value`` for this rank's: one float64 each way on the level's control device for ``device``'s
+    data (a CUDA tensor over NCCL, read back through pinned memory and an event, as sync-debug mode allows)."""
+    where = transport.control_device(device)
+    mine = torch.tensor([value], dtype=torch.float64, device=where)
+    theirs = torch.empty(1, dtype=torch.float64, device=where)
+    transport.sendrecv(mine, peer, theirs, peer)
+    if where.type == "cuda":
+        host = torch.empty(1, dtype=torch.float64, pin_memory=True)
+        host.copy_(theirs, non_blocking=True)
+        host_wait(torch.cuda.current_stream(where))
+        theirs = host
+    return float(theirs[0])
 
 
 def _pairs(comm: Communicator) -> tuple[tuple[Transport, int] | None, tuple[Transport, int] | None]:

@@ -88,3 +88,15 @@ def test_measured_links_replace_the_cost_model_s_inter_node_parameters() -> None
 def test_case_features_include_the_ratio() -> None:
     case = Case("all_gather", 1 << 20, 4, 2, 4, 20.0, {"mpi": 1.0, "ring": 2.0})
     assert case.features()[-1] == feature_vector("all_gather", 1 << 20, 4, 2, 4, 20.0)[-1] > 4
+
+
+def test_bandwidth_exchange_outlasts_the_latency() -> None:
+    """Without added latency the exchange keeps its size; at 10 ms one way (a 20 ms round trip) it grows to last
+    at least LATENCY_SPAN latencies at 1 Gbit/s (a 256 KiB one measured 182 Mbit/s on a 1 Gbit/s testbed link),
+    within the cap."""
+    from pccl_torch.selection.links import LATENCY_SPAN, MAX_BANDWIDTH_BYTES, NOMINAL_BYTES_PER_S, bandwidth_bytes
+
+    assert bandwidth_bytes(256 * 1024, 20e-6) == 256 * 1024
+    grown = bandwidth_bytes(256 * 1024, 0.010)
+    assert grown >= LATENCY_SPAN * 0.010 * NOMINAL_BYTES_PER_S and grown & (grown - 1) == 0
+    assert bandwidth_bytes(256 * 1024, 10.0) == MAX_BANDWIDTH_BYTES
