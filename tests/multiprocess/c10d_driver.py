@@ -269,17 +269,14 @@ def check_missing_rank(barrier: Callable[..., object], rank: int, size: int, wai
     pccl group of its own: a failed monitored barrier leaves gloo's connections closed, as on a gloo group."""
     pg = dist.new_group(backend="pccl")
     missing = size - 1
-    timeout = datetime.timedelta(seconds=2)
-    problem = None
-    if rank == 0:
-        ranks = f"Ranks {missing}" if wait_all_ranks else f"Rank {missing}"
-        problem = _raises(lambda: barrier(group=pg, timeout=timeout, wait_all_ranks=wait_all_ranks),
-                          f"{ranks} failed to pass monitoredBarrier")
-    elif rank != missing:
-        problem = _raises(lambda: barrier(group=pg, timeout=timeout, wait_all_ranks=wait_all_ranks),
-                          "received errors while waiting for send/recv from rank 0")
-    MPI.COMM_WORLD.Barrier()  # the missing rank waits here until the others are through
-    return problem
+    expected = {0: f"{'Ranks' if wait_all_ranks else 'Rank'} {missing} failed to pass monitoredBarrier"}
+    try:
+        if rank == missing:
+            return None
+        return _raises(lambda: barrier(group=pg, timeout=datetime.timedelta(seconds=2), wait_all_ranks=wait_all_ranks),
+                       expected.get(rank, "received errors while waiting for send/recv from rank 0"))
+    finally:
+        MPI.COMM_WORLD.Barrier()  # the missing rank waits here until the others are through, whatever they raised
 
 
 def check_every_rank_arrives(barrier: Callable[..., object], pg, rank: int, size: int) -> str | None:

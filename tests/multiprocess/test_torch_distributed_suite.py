@@ -42,7 +42,8 @@ def test_torch_distributed_test_base(mode: str, tmp_path) -> None:
         command += ["-k", name]
     env = launcher_environment(env={"PCCL_TORCH_SUITE": mode, "TEMP_DIR": str(tmp_path)})
     process = run_checked(command, env, 900)
-    assert report.exists(), f"no report (exit {process.returncode}):\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
+    assert report.exists(), (f"no report (exit {process.returncode}):\n"
+                             f"{process.stdout[-3000:]}\n{process.stderr[-3000:]}")
     result = json.loads(report.read_text())
     want = {name: EXPECTED[mode].get(name, "passed") for name in REPRESENTATIVE[mode]}
     got = result["outcomes"]
