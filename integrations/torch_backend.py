@@ -50,6 +50,7 @@ from urllib.parse import parse_qsl, urlencode, urlparse
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
+from torch.distributed.constants import default_pg_timeout
 
 from pccl_torch import api, failure_notice
 from pccl_torch.selection import attach
@@ -68,7 +69,7 @@ BACKEND_NAME = "pccl"
 
 # Calls pccl leaves to the vendor library, unchanged: ProcessGroup method -> the gloo backend's method.
 DELEGATED = {
-    "broadcast": "broadcast", "barrier": "barrier", "monitored_barrier": "monitored_barrier",
+    "broadcast": "broadcast", "barrier": "barrier",
     "send": "send", "recv": "recv", "recv_anysource": "recv_anysource", "gather": "gather",
     "scatter": "scatter", "reduce": "reduce", "allgather_coalesced": "allgather_coalesced",
 }
@@ -108,19 +109,63 @@ def _completed(tensor_or_none=None) -> dist.Work:
     return _create_work_from_future(fut)
 
 
+# -- the values of c10d's futures ---------------------------------------------------------------------------
+# A Work's future holds what ProcessGroupGloo's holds for the same call (``returnFutureWithOutput`` over the call's
+# output lists): DDP comm hooks chain ``.then(lambda fut: fut.wait()[0] ...)`` on it. Where gloo's Work has no
+# future (reduce-scatter), the value is ProcessGroupNCCL's: the list of output tensors.
+
+
+def _c10d_value(output_lists: Sequence[Sequence[torch.Tensor]]) -> list:
+    """c10d's future value for a call with these output lists: ``[]`` for none, the one list's tensors for one,
+    the list of lists for several (ProcessGroupGloo's ``returnFutureWithOutput``)."""
+    if len(output_lists) == 1:
+        return list(output_lists[0])
+    return [list(outputs) for outputs in output_lists]
+
+
+def _gathered_value(output: torch.Tensor, size: int) -> list:
+    """c10d's future value for an all-gather into the flat ``output`` (``_allgather_base``): its ``size`` blocks,
+    one a rank, as views (gloo's ``output.chunk(size)``)."""
+    return list(output.chunk(size))
+
+
+def _gathered_coalesced_value(outputs: Sequence[torch.Tensor], size: int) -> list:
+    """c10d's future value for a coalesced all-gather into the flat ``outputs``: one list a rank, of that rank's
+    block of every output (gloo's output lists; a single list on one rank)."""
+    return _c10d_value(list(zip(*(_gathered_value(output, size) for output in outputs))))
+
+
+def _outputs_value(outputs: object) -> list:
+    """c10d's future value for a delegated call whose first argument is ``outputs``: a tensor (``[tensor]``), a
+    list of tensors (that list), a list of lists (:func:`_c10d_value`), or none of those (``barrier``: ``[]``)."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if not isinstance(outputs, (list, tuple)) or not outputs:
+        return []
+    if isinstance(outputs[0], torch.Tensor):
+        return list(outputs)
+    return _c10d_value(outputs)
+
+
+def _resolved(value: object, then: Callable[[], object] | None, done: torch.futures.Future) -> object:
+    """``value``, once ``done`` (pccl's future) completed: its error re-raised, else ``then`` (copies out) run."""
+    done.value()
+    if then is not None:
+        then()
+    return value
+
+
 def _as_work(work: api.Work | None, result: object, then: Callable[[], object] | None = None) -> dist.Work:
-    """A c10d Work completing when pccl's ``work`` has (after ``then`` ran, if given). On CUDA its ``wait()``
-    orders the current stream and ``then`` (copies out) runs in stream order, on the issuing thread."""
+    """A c10d Work completing when pccl's ``work`` has (after ``then`` ran, if given), its future holding
+    ``result`` (c10d's value for the call). On CUDA its ``wait()`` orders the current stream and ``then`` (copies
+    out) runs in stream order, on the issuing thread."""
     if work is None:
         if then is not None:
             then()
         return _completed(result)
     if work.on_device:
         return _create_work_from_future(device_future(work, result, then))
-    future = work.get_future()
-    if then is not None:
-        future = future.then(lambda f: (f.value(), then())[0])
-    return _create_work_from_future(future)
+    return _create_work_from_future(work.get_future().then(functools.partial(_resolved, result, then)))
 
 
 def _all_of(works: Sequence[dist.Work], result: object, queue: Queue | None = None) -> dist.Work:
@@ -293,7 +338,7 @@ class PcclProcessGroup(dist.ProcessGroup):
         comm = self._comms.get(device.type)  # whose FIFO the call joins: pccl's calls on this device's tensors
         if comm is None or method in POINT_TO_POINT or device.type not in self.served_devices():
             return call()
-        return _in_group_order(comm.executor, call, args[0] if args else None, device)
+        return _in_group_order(comm.executor, call, _delegated_value(method, args, self._size), device)
 
     # -- identity ---------------------------------------------------------------------------------------
     def rank(self) -> int:
@@ -331,7 +376,7 @@ class PcclProcessGroup(dist.ProcessGroup):
         comm = self._route(tensors)
         op = pccl_reduce_op(reduce_op, tensors[0].dtype)
         works = [api.all_reduce(t, op, async_op=True, comm=comm) for t in tensors]
-        return _as_work(works[-1], tensors)  # issued in order: the last one completes last
+        return _as_work(works[-1], list(tensors))  # issued in order: the last one completes last
 
     @_falls_back
     def allreduce(self, tensors, opts=None):
@@ -347,13 +392,14 @@ class PcclProcessGroup(dist.ProcessGroup):
         comm = self._route((output, input))
         if overlaps(output, input) and not _is_slice_of(input, output, self._rank):
             raise _Unserved("overlapping buffers")
-        return _as_work(api.all_gather_into_tensor(output, input, async_op=True, comm=comm), output)
+        work = api.all_gather_into_tensor(output, input, async_op=True, comm=comm)
+        return _as_work(work, _gathered_value(output, self._size))
 
     all_gather_single = _allgather_base
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._allgather_base(o, i) for o, i in zip(outputs, inputs, strict=True)]
-        return _all_of(works, outputs, self._cuda_queue(outputs))
+        return _all_of(works, _gathered_coalesced_value(outputs, self._size), self._cuda_queue(outputs))
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -373,20 +419,20 @@ class PcclProcessGroup(dist.ProcessGroup):
             for out, chunk in zip(outputs, flat.view(self._size, -1)):
                 out.copy_(chunk.view_as(out))
 
-        return _as_work(work, output_lists, then=copy_out)
+        return _as_work(work, _c10d_value(output_lists), then=copy_out)
 
     # -- reduce-scatter ---------------------------------------------------------------------------------
     @_falls_back
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's signature
         comm = self._route((output, input))
         op = pccl_reduce_op(opts.reduceOp if opts is not None else _TORCH_SUM, input.dtype)
-        return _as_work(api.reduce_scatter_tensor(output, input, op, async_op=True, comm=comm), output)
+        return _as_work(api.reduce_scatter_tensor(output, input, op, async_op=True, comm=comm), [output])
 
     reduce_scatter_single = _reduce_scatter_base
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs, strict=True)]
-        return _all_of(works, outputs, self._cuda_queue(outputs))
+        return _all_of(works, list(outputs), self._cuda_queue(outputs))
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -401,7 +447,17 @@ class PcclProcessGroup(dist.ProcessGroup):
             raise _Unserved("uneven sizes")
         op = pccl_reduce_op(opts.reduceOp if opts is not None else _TORCH_SUM, out.dtype)
         flat = torch.cat([p.reshape(-1) for p in parts])
-        return _as_work(api.reduce_scatter_tensor(out, flat, op, async_op=True, comm=comm), outputs)
+        return _as_work(api.reduce_scatter_tensor(out, flat, op, async_op=True, comm=comm), list(outputs))
+
+    # -- host control -----------------------------------------------------------------------------------
+    def monitored_barrier(self, timeout: datetime.timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier on the group's private gloo group (same ranks), once every call issued on the
+        group before it has finished: rank 0 raises naming the ranks that did not arrive within ``timeout``
+        (all of them with ``wait_all_ranks``), the others raise naming rank 0. torch's
+        ``dist.monitored_barrier`` refuses a group not named gloo: call :func:`monitored_barrier`."""
+        self.delegated["monitored_barrier"] += 1
+        timeout = timeout if timeout is not None else default_pg_timeout
+        self.comm.executor.run_now(lambda: self.vendor.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks))
 
     # -- all-to-all -------------------------------------------------------------------------------------
     @_falls_back
@@ -412,7 +468,7 @@ class PcclProcessGroup(dist.ProcessGroup):
             raise _Unserved("overlapping buffers")
         work = api.all_to_all_single(output, input, list(output_split_sizes) or None,
                                      list(input_split_sizes) or None, async_op=True, comm=comm)
-        return _as_work(work, output)
+        return _as_work(work, [output])
 
     all_to_all_single = alltoall_base
 
@@ -431,7 +487,7 @@ class PcclProcessGroup(dist.ProcessGroup):
             for out, chunk in zip(output_tensors, flat.split([t.numel() for t in output_tensors])):
                 out.copy_(chunk.view_as(out))
 
-        return _as_work(work, output_tensors, then=copy_out)
+        return _as_work(work, list(output_tensors), then=copy_out)
 
 
 def _delegate(name: str, target: str):
@@ -445,6 +501,16 @@ def _delegate(name: str, target: str):
 
 for _name, _target in DELEGATED.items():
     setattr(PcclProcessGroup, _name, _delegate(_name, _target))
+
+
+def _delegated_value(method: str, args: tuple, size: int) -> list:
+    """c10d's future value for ``method(*args)`` handed to the vendor group (delegated, or a routed call pccl does
+    not implement): what the routed method would give, from its output argument."""
+    if not args:
+        return []
+    if method == "_allgather_base":
+        return _gathered_value(args[0], size)
+    return _outputs_value(args[0])
 
 
 def _tensors_in(args) -> Iterator[torch.Tensor]:
@@ -651,6 +717,28 @@ def _mpi_endpoint() -> tuple[str, int]:
 
 ROUTED = ("allreduce", "allreduce_coalesced", "_allgather_base", "allgather", "allgather_into_tensor_coalesced",
           "_reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall")
+
+
+_TORCH_MONITORED_BARRIER = dist.monitored_barrier
+
+
+def monitored_barrier(group: dist.ProcessGroup | None = None, timeout: datetime.timedelta | float | None = None,
+                      wait_all_ranks: bool = False) -> None:
+    """``torch.distributed.monitored_barrier`` for pccl groups too, with its contract: block until every rank of
+    ``group`` (default: the world group) arrived, or raise on rank 0 naming the first rank that did not arrive
+    within ``timeout`` (every such rank with ``wait_all_ranks``) and on the others naming rank 0. ``timeout``:
+    a timedelta or seconds; torch's default process-group timeout when None.
+
+    torch's own refuses every group whose backend is not named ``gloo`` ("only implemented for GLOO backend": it
+    reads the name the group was created with) and offers no registration to lift that; on a pccl group this runs
+    gloo's monitored barrier on the group's private gloo group (:meth:`PcclProcessGroup.monitored_barrier`), on
+    any other group torch's. ``pccl_torch.run`` makes ``dist.monitored_barrier`` this function."""
+    pg = group if group is not None else dist.distributed_c10d.GroupMember.WORLD
+    if not isinstance(pg, PcclProcessGroup):
+        return _TORCH_MONITORED_BARRIER(group, timeout, wait_all_ranks)
+    if isinstance(timeout, (int, float)):
+        timeout = datetime.timedelta(seconds=timeout)
+    return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 def bypassed(group: dist.ProcessGroup | None = None) -> dict[str, int]:

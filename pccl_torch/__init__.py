@@ -43,6 +43,7 @@ from pccl_torch.integrations import torch_backend as _torch_backend  # noqa: E40
 
 _torch_backend.register()
 _gloo_exit.register()
+monitored_barrier = _torch_backend.monitored_barrier
 
 __all__ = [
     "Communicator",
@@ -62,6 +63,7 @@ __all__ = [
     "init",
     "init_process_group",
     "is_initialized",
+    "monitored_barrier",
     "premul_sum",
     "reduce_scatter_single",
     "reduce_scatter_tensor",

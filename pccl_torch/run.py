@@ -27,7 +27,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 import pccl_torch  # noqa: F401 - registers the backend
-from pccl_torch.integrations.torch_backend import BACKEND_NAME
+from pccl_torch.integrations.torch_backend import BACKEND_NAME, monitored_barrier
 
 log = logging.getLogger("pccl_torch.run")  # not __name__: run as `python -m`, that is "__main__"
 
@@ -50,10 +50,13 @@ def pccl_backend(backend: str | None) -> str:
 
 def force_torch_backend() -> None:
     """Make ``torch.distributed.init_process_group`` use pccl whatever backend its caller asks for
-    (:func:`pccl_backend`), with one info line saying what was switched. Idempotent."""
+    (:func:`pccl_backend`), with one info line saying what was switched, and ``torch.distributed.monitored_barrier``
+    take the pccl groups that replace gloo's (``pccl_torch.monitored_barrier``: torch's refuses any group not named
+    gloo). Idempotent."""
     original = dist.init_process_group
     if getattr(original, "__pccl_forced__", False):
         return
+    dist.monitored_barrier = dist.distributed_c10d.monitored_barrier = monitored_barrier
 
     @functools.wraps(original)
     def init_process_group(backend: str | None = None, *args, **kwargs):
