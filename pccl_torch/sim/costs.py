@@ -346,7 +346,7 @@ def _a2a_step(net: Net, k: int, nbytes: float) -> Terms:
     if not crossing:
         return net.near.step(nbytes)
     far = net.far
-    return Terms({far.alpha: 1.0, far.beta: nbytes * max(1.0, far.share * crossing / net.local)})
+    return replace(far, share=max(1.0, far.share * crossing / net.local)).step(nbytes)
 
 
 def a2a_pairwise(net: Net, n: float) -> Terms:

@@ -707,6 +707,8 @@ def test_cli(tmp_path, capsys):
     ("all_reduce", "hier:ring", 3, 2, 4),            # inter all-reduce ring: 2 (nodes - 1)
     ("all_gather", "mpi", 4, 1, 3),                  # MPICH's own ring pays it too (it priced 48 us a step before)
     ("all_gather", "vendor", 4, 2, 3),               # the vendor ring's steps across the 4 node boundaries... p-1
+    ("all_to_all", "mpi", 4, 2, 7),                  # MPICH's scattered all-to-all: 7 steps, each with a crossing
+    ("all_to_all", "hier:pairwise", 4, 2, 3),        # the inter all-to-all among 4 nodes
 ])
 def test_every_step_across_nodes_pays_the_wire(collective, name, nodes, local, crossings):
     """Each message step between nodes pays ``link_latency`` once, whatever library runs it: pccl's, MPI's own
