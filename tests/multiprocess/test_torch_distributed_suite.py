@@ -20,14 +20,14 @@ REPRESENTATIVE = {
     "forced": (
         "test_get_future", "test_accumulate_gradients_no_sync_allreduce_with_then_hook",
         "test_monitored_barrier_gloo", "test_monitored_barrier_gloo_subgroup", "test_get_backend",
-        "test_all_reduce_sum_async", "test_all_reduce_coalesced_sum", "test_all_gather_coalesced_simple",
-        "test_broadcast", "test_DistributedDataParallelCPU",
+        "test_all_reduce_sum_async", "test_DistributedDataParallelCPU",
     ),
     "pccl": ("test_all_reduce_sum", "test_all_gather", "test_reduce_sum", "test_DistributedDataParallelCPU",
              "test_destroy_group"),
 }
-"""Per mode: the futures, DDP hook and monitored-barrier tests of issue 59, the expected difference, and one test
-of each collective pccl runs, and DDP."""
+"""Per mode: the futures, DDP hook and monitored-barrier tests of issue 59, the expected difference, one test of each
+collective pccl runs, and DDP (the coalesced and broadcast call forms' futures are test_c10d's, against gloo's:
+kept out of here to hold the suite near 30 minutes)."""
 
 EXPECTED = {"forced": {"test_get_backend": "expected difference"}, "pccl": {}}
 """Outcomes other than "passed" the suite expects (the driver's EXPECTED_DIFFERENCES, by design)."""
