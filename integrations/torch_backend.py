@@ -42,7 +42,7 @@ import os
 import socket
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlparse
@@ -61,7 +61,7 @@ from pccl_torch.topology import Topology, TopologyError, detect, ranks_on_this_m
 from pccl_torch.transport.mpi import MPITransport
 from pccl_torch.transport.torch_group import TorchGroupTransport
 from pccl_torch.validation import overlaps
-from pccl_torch.work import Queue, Work, device_future
+from pccl_torch.work import Queue, Work, device_future, tensors_in
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class PcclProcessGroup(dist.ProcessGroup):
             _BYPASSES_LOGGED.add(key)
             log.debug("pccl hands %s with %s to the vendor library (pccl does not implement it); such calls are "
                       "counted in pccl_torch.stats(group)['bypassed'][%r]", method, kind, key)
-        tensor = next(_tensors_in(args), None)
+        tensor = next(tensors_in(args), None)
         device = tensor.device if tensor is not None else torch.device("cpu")
         call = functools.partial(getattr(self._vendor(device.type), target or method), *args, **kwargs)
         comm = self._comms.get(device.type)  # whose FIFO the call joins: pccl's calls on this device's tensors
@@ -511,15 +511,6 @@ def _delegated_value(method: str, args: tuple, size: int) -> list:
     if method == "_allgather_base":
         return _gathered_value(args[0], size)
     return _outputs_value(args[0])
-
-
-def _tensors_in(args) -> Iterator[torch.Tensor]:
-    """The tensors among a ProcessGroup call's arguments (bare, or in (nested) lists), in order."""
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            yield arg
-        elif isinstance(arg, (list, tuple)):
-            yield from _tensors_in(arg)
 
 
 _PCCL_DTYPES = frozenset(SUPPORTED_DTYPES)

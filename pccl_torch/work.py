@@ -69,7 +69,7 @@ import ctypes
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -192,7 +192,7 @@ def device_future(work: Work, value: Any, then: Callable[[], Any] | None = None)
     with torch.cuda.stream(stream):
         work.wait()  # the order stream waits for its own end (a no-op) or, without a gate, the host for the worker
         if then is not None:
-            for tensor in _tensors(value):
+            for tensor in tensors_in(value):
                 tensor.record_stream(stream)
             then()
         fut = torch.futures.Future(devices=[stream.device])
@@ -200,13 +200,14 @@ def device_future(work: Work, value: Any, then: Callable[[], Any] | None = None)
     return fut
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors of ``value`` (a tensor, or (nested) lists of them)."""
+def tensors_in(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors of ``value`` (a tensor, or (nested) lists and tuples of them, such as a ProcessGroup call's
+    arguments or a c10d future's value), in order."""
     if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
-    return []
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from tensors_in(item)
 
 
 def _run(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
