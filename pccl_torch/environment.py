@@ -17,6 +17,21 @@ def read(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
+def count(name: str, default: int, unit: str) -> int:
+    """Variable ``name`` as a whole number >= 0, ``default`` when unset; otherwise ``ValueError`` naming the variable,
+    its value and ``unit`` (what it counts and what 0 means)."""
+    raw = read(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{name}={raw!r}: expected a number of {unit}")
+    return value
+
+
 def _malformed(entry: str, collective: str, value: str, collectives: Sequence[str]) -> str | None:
     """What is wrong with one ``collective:value`` entry, or None."""
     if not value:

@@ -16,12 +16,13 @@ here by sequence number (:meth:`Recorder.records`).
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import time
 import traceback
 import weakref
 from typing import Any, NamedTuple
+
+from pccl_torch import environment
 
 BUFFER_ENV = "PCCL_TRACE_BUFFER"
 STACK_ENV = "PCCL_TRACE_STACK"
@@ -41,21 +42,12 @@ _live: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 def buffer_size() -> int:
     """Slots per communicator from ``PCCL_TRACE_BUFFER`` (0: off); a clear error for a bad value."""
-    value = os.environ.get(BUFFER_ENV, "").strip()
-    if not value:
-        return DEFAULT_SIZE
-    try:
-        size = int(value)
-    except ValueError:
-        raise ValueError(f"{BUFFER_ENV}={value!r}: expected a number of entries (0 turns the recorder off)") from None
-    if size < 0:
-        raise ValueError(f"{BUFFER_ENV}={size}: must be 0 (off) or more")
-    return size
+    return environment.count(BUFFER_ENV, DEFAULT_SIZE, "entries; must be 0 (off) or more")
 
 
 def stacks_wanted() -> bool:
     """Whether ``PCCL_TRACE_STACK=1`` asks for the issuing Python stack of every call."""
-    return os.environ.get(STACK_ENV, "0").strip() not in ("", "0")
+    return environment.read(STACK_ENV) not in ("", "0")
 
 
 class Slot:

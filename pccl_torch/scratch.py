@@ -38,16 +38,7 @@ _local = threading.local()
 def limit() -> int:
     """The most bytes of scratch one thread keeps (``PCCL_SCRATCH_BYTES``; read whenever a buffer would be made or
     grown, so tests and benchmarks can change it)."""
-    raw = environment.read(SCRATCH_ENV)
-    if not raw:
-        return DEFAULT_LIMIT
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ValueError(f"{SCRATCH_ENV}={raw!r}: expected a number of bytes >= 0 (0 keeps no scratch)")
-    return value
+    return environment.count(SCRATCH_ENV, DEFAULT_LIMIT, "bytes >= 0 (0 keeps no scratch)")
 
 
 def empty(role: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
