@@ -149,8 +149,10 @@ class Choice:
         if not name and topo.networked and topo.is_hierarchical and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
-            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes,
-                                              self.links.inter.bytes_per_s if self.links.inter else None)
+            inter = self.links.inter
+            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes, inter.bytes_per_s if inter else None,
+                                              inter_latency_s=inter.latency_s if inter else 0.0,
+                                              local_size=topo.local_size)
         if not name and self.selector is not None:
             name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type, self.links)
         plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))
@@ -162,7 +164,10 @@ class Choice:
             # are cut as the GPU model of their choice predicts best (the fixed size was measured on CPUs: 32 chunks
             # of a 256 MiB call, where the model's best is 4, take it to 0.5-0.7x of NCCL's time, by the model).
             gpu = cuda_rule.cuda_machine() if comm.device.type == "cuda" and topo.networked else None
-            chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, gpu, plan.name)
+            inter = self.links.inter if topo.networked else None
+            chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, gpu, plan.name,
+                                     inter_latency_s=inter.latency_s if inter else 0.0,
+                                     inter_bytes_per_s=inter.bytes_per_s if inter else None)
             # One chunk has nothing to overlap: its unpipelined form (the same levels, unchunked) runs it.
             plan = dataclasses.replace(resolve(collective, HIER_PREFIX + "mpi") if chunks == 1 and not named
                                        else plan, chunks=chunks)

@@ -88,17 +88,47 @@ NETWORK_ALL_TO_ALL = "mpi"
 NETWORK_RING_FROM = 64 * 1024
 
 
-def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_bytes_per_s: float | None = None) -> str:
-    """The choice for ``nodes`` nodes of several ranks joined by a network (``Topology.networked``); with a
+# Links with latency (a measured one-way latency of LATENCY_REGIME_S or more between nodes: across a region's zones or
+# between data centres): where the inter-node bytes of a call take less than LATENCY_BOUND_SPAN one-way latencies on
+# the link, the call is latency-bound, and the hierarchy with the fewest steps between nodes wins. On the testbed
+# (4 nodes x 2 ranks, 1 Gbit/s, RTT 20 ms; pccl-bench, 2026-12-07, docs/benchmarks.md "Selection under latency"):
+# hier:recursive_doubling all-reduce 49-128 ms at 64 KiB-4 MiB against 88-205 ms for MPICH's flat all-reduce and
+# the pipelined plan; hier:bruck all-gather 54 ms and hier:recursive_halving reduce-scatter 58 ms at 1 MiB against
+# 71-78 ms for hier:mpi. At RTT 1 ms (0.7 ms measured one way) the same plans lost to flat MPI at 16-256 KiB
+# (0.65-0.88x for the all-reduce), so the rule starts between the two; nothing between was measured.
+LATENCY_REGIME_S = 2e-3
+LATENCY_BOUND_SPAN = 2.0
+LATENCY_OPTIMAL = {"all_gather": "bruck", "reduce_scatter": "recursive_halving", "all_reduce": "recursive_doubling"}
+"""The inter-node schedule of a latency-bound call: ceil(lg N) steps between N nodes (folding when N is not a power
+of two), against N-1 for the ring and the pipelined plan's steps in every chunk."""
+
+
+def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
+    """Whether a call of ``nbytes`` (full buffer) is latency-bound between nodes: a link in the latency regime
+    (:data:`LATENCY_REGIME_S`) that moves the call's inter-node bytes (``nbytes / local_size``) in less than
+    :data:`LATENCY_BOUND_SPAN` one-way latencies."""
+    if not inter_bytes_per_s or inter_latency_s < LATENCY_REGIME_S:
+        return False
+    return nbytes / max(local_size, 1) / inter_bytes_per_s < LATENCY_BOUND_SPAN * inter_latency_s
+
+
+def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_bytes_per_s: float | None = None, *,
+                     inter_latency_s: float = 0.0, local_size: int = 1) -> str:
+    """The choice for ``nodes`` nodes of ``local_size`` ranks joined by a network (``Topology.networked``); with a
     node count that is not a power of two, all-reduce and reduce-scatter go over the ring between nodes from
     :data:`NETWORK_RING_FROM`. ``inter_bytes_per_s``: the inter-node link's measured bandwidth, which moves the
-    all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`)."""
+    all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`);
+    ``inter_latency_s``: its measured one-way latency, which sends latency-bound calls (:func:`latency_bound`)
+    to the hierarchy with the fewest steps between nodes (:data:`LATENCY_OPTIMAL`)."""
     if collective == "all_to_all":
         return NETWORK_ALL_TO_ALL
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":
         hier_from = min(hier_from, int(inter_bytes_per_s * NETWORK_HIER_LINK_SECONDS))
+    if latency_bound(nbytes, local_size, inter_bytes_per_s, inter_latency_s) and (
+            collective == "all_reduce" or nbytes >= hier_from):
+        return HIER_PREFIX + LATENCY_OPTIMAL[collective]
     if nbytes < (NETWORK_RING_FROM if uneven else hier_from):
         return "mpi"
     if uneven:

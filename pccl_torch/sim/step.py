@@ -90,7 +90,8 @@ def algorithm(backend: str, collective: str, nbytes: int, nodes: int, profile: M
         raise ValueError(f"no model of backend {backend!r}: pccl, {', '.join(VENDOR_BACKENDS)}")
     if nodes == 1:
         return "mpi"
-    return networked_choice(collective, nbytes, nodes, 1.0 / profile.beta_inter if profile.beta_inter else None)
+    return networked_choice(collective, nbytes, nodes, 1.0 / profile.beta_inter if profile.beta_inter else None,
+                            inter_latency_s=profile.link_latency, local_size=profile.ranks_per_node)
 
 
 def comm_ms(run: Run, sizes: Mapping[str, Mapping[int, float]], profile: MachineProfile) -> dict[str, float]:

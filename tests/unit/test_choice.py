@@ -56,6 +56,22 @@ def test_networked_non_power_of_two_nodes_reduce_over_the_ring() -> None:
     assert choice.plan(three, "all_reduce", None, 4 << 10, torch.float32).name == "mpi"
 
 
+def test_links_with_latency_move_the_choice_and_the_chunks() -> None:
+    """The links measured at ``init()`` reach the choice: at 10 ms one way (RTT 20 ms), 107 MB/s, a latency-bound
+    all-reduce runs recursive doubling between nodes, and a pipelined one is cut into chunks that each last three
+    latencies between nodes (2 of a 16 MiB call, not 16); at RTT 1 ms the chunks of no latency stand."""
+    from pccl_torch.selection import links
+
+    far = Choice(overrides={}, links=links.Links(links.Link(2e-5, 3e9), links.Link(10.2e-3, 107e6), "measured"))
+    networked = comm(hosts=4, world=8, local=2)
+    assert far.plan(networked, "all_reduce", None, 64 << 10, torch.float32).name == "hier:recursive_doubling"
+    large = far.plan(networked, "all_reduce", None, 16 << 20, torch.float32)
+    assert large.name == "hier:pipelined" and large.chunks == 2
+    near = Choice(overrides={}, links=links.Links(links.Link(2e-5, 3e9), links.Link(0.72e-3, 135e6), "measured"))
+    assert near.plan(networked, "all_reduce", None, 16 << 20, torch.float32).chunks == 16
+    assert near.plan(networked, "all_reduce", None, 64 << 10, torch.float32).name == "mpi"
+
+
 @pytest.mark.parametrize("device, native", [("cpu", "mpi"), ("cuda", "vendor")])
 @pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce"])
 @pytest.mark.parametrize("world, local", [(2, 2), (4, 2), (6, 3), (5, 1)])
@@ -189,6 +205,10 @@ def test_pipeline_chunks(monkeypatch) -> None:
     k = pipeline_chunks("all_gather", 64 << 20, 4, 4, machine)
     times = {c: costs.pipelined_time("all_gather", 64 << 20, 4, 4, machine, c) for c in (1, 2, 4, 8, 16, 32)}
     assert times[k] == min(times.values())
+    # A link of 10 ms one way at 107 MB/s: a chunk's inter-node bytes (full buffer / local size) last 3 latencies.
+    assert pipeline_chunks("all_reduce", 16 << 20, 4, 2, None, inter_latency_s=10e-3, inter_bytes_per_s=107e6) == 2
+    assert pipeline_chunks("all_reduce", 4 << 20, 4, 2, None, inter_latency_s=10e-3, inter_bytes_per_s=107e6) == 1
+    assert pipeline_chunks("all_reduce", 16 << 20, 4, 2, None, inter_latency_s=20e-6, inter_bytes_per_s=107e6) == 16
 
 
 def _imports(module: Path) -> set[str]:

@@ -54,3 +54,25 @@ def test_networked_rule_moves_with_the_measured_link() -> None:
     assert networked_choice("all_reduce", 128 << 10, 3, 124e6) == "hier:ring"
     assert networked_choice("all_gather", 256 << 10, 2, 10e9) == "hier:mpi"
     assert networked_choice("reduce_scatter", 128 << 10, 3, 25e6) == "hier:ring"
+
+
+def test_latency_bound_calls_take_the_fewest_steps_between_nodes() -> None:
+    """Links measured at 10 ms one way, 107 MB/s (the testbed at RTT 20 ms): a call whose inter-node bytes take less
+    than two latencies runs the lg N schedule between nodes; at 0.7 ms (RTT 1 ms) the rules of no latency stand."""
+    from pccl_torch.selection.heuristic import networked_choice
+
+    far = {"inter_latency_s": 10.2e-3, "local_size": 2}
+    near = {"inter_latency_s": 0.72e-3, "local_size": 2}
+    assert networked_choice("all_reduce", 64 << 10, 4, 107e6, **far) == "hier:recursive_doubling"
+    assert networked_choice("all_reduce", 4 << 20, 4, 107e6, **far) == "hier:recursive_doubling"
+    assert networked_choice("all_reduce", 16 << 20, 4, 107e6, **far) == "hier:pipelined"  # 8 MiB: 8 latencies
+    assert networked_choice("all_gather", 1 << 20, 4, 107e6, **far) == "hier:bruck"
+    assert networked_choice("reduce_scatter", 1 << 20, 4, 107e6, **far) == "hier:recursive_halving"
+    assert networked_choice("reduce_scatter", 1 << 20, 3, 107e6, **far) == "hier:recursive_halving"  # folds
+    # Below the hierarchy's threshold all-gather and reduce-scatter stay flat: one MPI call, the same latency.
+    assert networked_choice("all_gather", 64 << 10, 4, 107e6, **far) == "mpi"
+    assert networked_choice("all_to_all", 64 << 10, 4, 107e6, **far) == "mpi"
+    for collective, nbytes in [("all_reduce", 64 << 10), ("all_reduce", 4 << 20), ("all_gather", 1 << 20)]:
+        assert networked_choice(collective, nbytes, 4, 107e6, **near) == networked_choice(collective, nbytes, 4, 107e6)
+    # No bandwidth measured: no latency rule either.
+    assert networked_choice("all_reduce", 64 << 10, 4, None, **far) == "mpi"
