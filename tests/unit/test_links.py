@@ -100,3 +100,26 @@ def test_bandwidth_exchange_outlasts_the_latency() -> None:
     grown = bandwidth_bytes(256 * 1024, 0.010)
     assert grown >= LATENCY_SPAN * 0.010 * NOMINAL_BYTES_PER_S and grown & (grown - 1) == 0
     assert bandwidth_bytes(256 * 1024, 10.0) == MAX_BANDWIDTH_BYTES
+
+
+def test_a_profile_leaves_links_slower_to_answer_than_it_was_trained_on_to_the_latency_rules() -> None:
+    """Trained where the link answered in 40 us, a profile does not decide across one of 10 ms one way (RTT 20 ms)
+    at the same bandwidth ratio; trained with rows measured there, it does. The range rides in the profile."""
+    pytest.importorskip("sklearn")
+    topo = Topology(0, 4, 2, hosts=2)
+    far = Links(Link(20e-6, 2.5e9), Link(10e-3, 1.2e8), "measured")
+    near_rows = _rows(20.0, "hier:mpi")
+    for row in near_rows:
+        row["links"]["inter"] = {"latency_s": 40e-6, "bytes_per_s": 1.2e8}
+    near_only, _, _ = train(cases_from_bench(near_rows), candidates=["tree"])
+    assert near_only.metadata["link_latency_s"] == [40e-6, 40e-6]
+    assert Selector(near_only).covers("all_reduce", 1 << 20, topo, 4, GBIT)
+    assert not Selector(near_only).covers("all_reduce", 1 << 20, topo, 4, far)
+    far_rows = _rows(20.0, "hier:mpi")
+    for row in far_rows:
+        row["links"]["inter"] = {"latency_s": 10.2e-3, "bytes_per_s": 1.2e8}
+    trained_far, _, _ = train(cases_from_bench(far_rows), candidates=["tree"])
+    assert Selector(trained_far).covers("all_reduce", 1 << 20, topo, 4, far)
+    old = near_only  # a profile written before the range was recorded: trained at no latency
+    old.metadata.pop("link_latency_s")
+    assert not Selector(old).covers("all_reduce", 1 << 20, topo, 4, far)

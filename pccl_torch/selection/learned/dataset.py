@@ -30,6 +30,10 @@ class Case:
     """Intra- over inter-node link bandwidth of the run (the rows' ``links.ratio``; 1 for rows without it)."""
     times: dict[str, float] = field(hash=False)
     source: str = "measured"
+    link_latency_s: float = 0.0
+    """One-way latency between nodes that the run's ``init()`` measured (the rows' ``links.inter``; 0 without it):
+    not a feature, the range the profile says it was trained on (``Selector`` leaves links slower than that to
+    the rules that know latency)."""
 
     @property
     def best(self) -> str:
@@ -52,17 +56,26 @@ def cases_from_bench(rows: Iterable[dict]) -> list[Case]:
     pccl measured links count as one machine without a network (ratio 1).
     """
     grouped: dict[tuple, dict[str, float]] = defaultdict(dict)
+    latency: dict[tuple, float] = defaultdict(float)
     for r in rows:
         if r["backend"] != "pccl" or r.get("auto") or r.get("wrong", 0) > 0:
             continue
         key = (r["collective"], r["size_bytes"], r["ranks"], r["local_size"], _DTYPE_SIZE[r["dtype"]], _ratio(r))
         grouped[key][r["algorithm"]] = r["time_us"] * 1e-6
-    return [Case(*key, times=times) for key, times in sorted(grouped.items()) if len(times) > 1]
+        latency[key] = max(latency[key], _inter_latency(r))
+    return [Case(*key, times=times, link_latency_s=latency[key])
+            for key, times in sorted(grouped.items()) if len(times) > 1]
 
 
 def _ratio(row: dict) -> float:
     links = row.get("links")
     return float(links.get("ratio", 1.0)) if isinstance(links, dict) else 1.0
+
+
+def _inter_latency(row: dict) -> float:
+    links = row.get("links")
+    inter = links.get("inter") if isinstance(links, dict) else None
+    return float(inter.get("latency_s", 0.0)) if isinstance(inter, dict) else 0.0
 
 
 def cases_from_model(profile: MachineProfile, layouts: Iterable[tuple[int, int]], sizes: Iterable[int],

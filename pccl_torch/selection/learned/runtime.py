@@ -25,6 +25,8 @@ from pccl_torch.topology import Topology
 log = logging.getLogger(__name__)
 
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pccl-torch" / "profile.json"
+LATENCY_MARGIN = 2.0
+"""How much slower to answer than any trained link a measured one may be and still be covered."""
 SHIPPED = Path(__file__).resolve().parents[3] / "configs" / "selector" / "default.json"
 
 
@@ -65,7 +67,7 @@ class Selector:
         ``device`` tensors are chosen (never ``hier-gloo:`` for CUDA tensors). ``links``: what ``init()``
         measured (the link-ratio feature, and the inter-node parameters of the cost model)."""
         key = (collective, dtype_size, nbytes.bit_length(), topology.world_size, topology.local_size, device,
-               link_feature(links.ratio()))
+               link_feature(links.ratio()), self.latency_covered(links))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._decide(collective, nbytes, topology, dtype_size, device, links)
@@ -74,9 +76,17 @@ class Selector:
     def covers(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, links: Links) -> bool:
         """Whether the profile was trained on this call's collective, layout and links (sizes aside: those are
         clamped)."""
-        if collective not in LEARNED_COLLECTIVES:
+        if collective not in LEARNED_COLLECTIVES or not self.latency_covered(links):
             return False
         return self.profile.in_range(self._features(collective, nbytes, topology, dtype_size, links))
+
+    def latency_covered(self, links: Links) -> bool:
+        """Whether the profile was trained on links that answer about as slowly as the measured inter-node one: a
+        link in the latency regime (``heuristic.LATENCY_REGIME_S``) more than twice as slow as any trained on (none,
+        for profiles written before the range was recorded) is not covered, whatever its bandwidth ratio."""
+        latency = links.inter.latency_s if links.inter is not None else 0.0
+        trained = self.profile.metadata.get("link_latency_s", [0.0, 0.0])[1]
+        return latency < heuristic.LATENCY_REGIME_S or latency <= LATENCY_MARGIN * trained
 
     def _features(self, collective: str, nbytes: int, topology: Topology, dtype_size: int, links: Links) -> list[float]:
         # Below the smallest trained size every schedule is latency-bound, above the largest bandwidth-bound:
@@ -91,7 +101,7 @@ class Selector:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
         valid = names_for(collective, device)
         features = self._features(collective, nbytes, topology, dtype_size, links)
-        if self.profile.in_range(features):
+        if self.profile.in_range(features) and self.latency_covered(links):
             for name in self.profile.rank(features):
                 if name in valid:
                     return name, "profile"

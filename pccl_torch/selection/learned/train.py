@@ -95,6 +95,9 @@ def train(cases: Sequence[Case], *, machine_profile: dict | None = None, version
         # The link ratios trained on, one by one: a network between two of them (1 Gbit/s between one machine
         # and 200 Mbit/s) is not covered by interpolating the tree across the gap.
         "link_features": sorted({float(v) for v in features[:, FEATURE_NAMES.index("log2_link_ratio")]}),
+        # The one-way latencies between nodes the runs measured: a link far slower to answer is left to the rules
+        # that know latency (Selector.covers).
+        "link_latency_s": [min(c.link_latency_s for c in cases), max(c.link_latency_s for c in cases)],
     }
     profile = Profile.build(tree=tree_to_dict(tree), metadata=metadata, machine_profile=machine_profile)
     return profile, scores, held_out[chosen]
