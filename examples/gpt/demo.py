@@ -5,6 +5,7 @@ each with gloo and with pccl, then print a side-by-side table and write a loss a
     python examples/gpt/demo.py --frameworks deepspeed   # the headline only: ~1 min
     python examples/gpt/demo.py --frameworks moe         # the mixture-of-experts GPT (all-to-alls): ~30 s
     python examples/gpt/demo.py --testbed 1gbit,200mbit --compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16
+    python examples/gpt/demo.py --testbed 200mbit --delay 20ms --frameworks deepspeed   # links with 20 ms round trip
 
 Every run is the ordinary training script under ``mpiexec`` (the same seed, so the loss curves of the
 two backends coincide); the demo collects their ``--json`` output into ``--out``. With ``--testbed RATES``
@@ -125,6 +126,8 @@ def main() -> None:
     parser.add_argument("--compression", help="also run pccl with these wire formats (PCCL_COMPRESSION syntax)")
     parser.add_argument("--testbed", metavar="RATES",
                         help="run across testbed namespaces (root), once per link rate (comma list: 1gbit,200mbit)")
+    parser.add_argument("--delay", metavar="RTT",
+                        help="with --testbed: round-trip time added between two nodes (20ms: pccl-testbed up --delay)")
     parser.add_argument("--n-layer", type=int, help="model layers (the scripts' default otherwise)")
     parser.add_argument("--n-embd", type=int, help="model width (the scripts' default otherwise)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -143,9 +146,13 @@ def main() -> None:
 
     started = time.perf_counter()
     settings: list[tuple[str, testbed_net.TestbedConfig | None]] = [("", None)]
+    if args.delay and not args.testbed:
+        parser.error("--delay needs --testbed")
     if args.testbed:
-        settings = [(f"-{rate}", testbed_net.TestbedConfig(nodes=args.ranks // args.local_size, rate=rate,
-                                                           prefix="pccldemo", subnet="10.78.0.0/24"))
+        delayed = f"-rtt{args.delay}" if args.delay else ""
+        settings = [(f"-{rate}{delayed}", testbed_net.TestbedConfig(nodes=args.ranks // args.local_size, rate=rate,
+                                                                    delay=args.delay, prefix="pccldemo",
+                                                                    subnet="10.78.0.0/24"))
                     for rate in args.testbed.split(",")]
     for tag, testbed in settings:
         try:
@@ -161,7 +168,7 @@ def main() -> None:
         plot = args.out / f"demo{tag}.png"
         plot_runs(runs, plot)
         where = (f"testbed: {args.ranks // args.local_size} namespaces x {args.local_size} ranks, links "
-                 f"{testbed.rate}" if testbed else None)
+                 f"{testbed.rate}" + (f", round trip {testbed.delay}" if testbed.delay else "") if testbed else None)
         table = comparison_table(runs, baseline=comms[0], where=where)
         (args.out / f"demo{tag}.txt").write_text(table + "\n")
         print("\n" + table)
