@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd import profiler as torch_profiler
 
-from pccl_torch import flight_recorder, profiling
+from pccl_torch import flight_recorder, profiling, workspace
 from pccl_torch.algorithms import Blocks
 from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError, PcclTimeoutError, Stalled
 from pccl_torch.ops import ReduceOp, Reduction
@@ -62,11 +62,17 @@ def host_driven(comm, plan: Plan) -> bool:
     return any(level.host_memory_only for level in (comm.inter, comm.world, comm.intra_level(plan.intra)))
 
 
+def workspace_need(comm, plan: Plan, body: Body, nbytes: int, dtype: torch.dtype) -> workspace.Need:
+    """The device memory a call of ``body`` on a full buffer of ``nbytes`` takes where a worker runs it: its plan's
+    (``Plan.workspace``) and the body's own temporaries (``body.takes``, bytes each)."""
+    return plan.workspace(comm, nbytes // dtype.itemsize, dtype).plus(*getattr(body, "takes", ()))
+
+
 class BoundCall:
     """One call shape, validated and chosen: calling it numbers, runs and counts one collective."""
 
     __slots__ = ("comm", "plan", "body", "nbytes", "dtype", "block", "offset", "entry", "async_op", "signature",
-                 "on_cuda", "host_driven", "label", "recorder", "phased", "full", "__weakref__")
+                 "on_cuda", "host_driven", "need", "label", "recorder", "phased", "full", "__weakref__")
 
     def __init__(self, comm, plan: Plan, body: Body, nbytes: int, async_op: bool, signature: Signature) -> None:
         self.comm = comm
@@ -88,6 +94,9 @@ class BoundCall:
         """CUDA tensors: enqueue and return, in the group's stream order (``pccl_torch.work``)."""
         self.host_driven = self.on_cuda and host_driven(comm, plan)
         """Whether a level of the plan needs host memory (MPI): the worker drives it behind a gate."""
+        self.need = workspace_need(comm, plan, body, nbytes, self.dtype) if self.on_cuda else None
+        """CUDA: the device memory a call takes on the worker, reserved at issue (``pccl_torch.workspace``); every
+        CUDA call has it, since a device-only one issued while the worker is busy runs there too."""
         self.label = f"{plan.collective} (plan {plan.name})"
         """The call as errors name it."""
         self.recorder = comm.recorder
@@ -156,7 +165,9 @@ class BoundCall:
         if torch_profiler._is_profiler_enabled:
             call = profiling.carried(call)
         queue = self.comm.executor
-        future, end, gated = queue.issue(call, host_driven=self.host_driven, what=self.label,
+        need = self.need if not isinstance(b, Exchange) else \
+            self.plan.workspace(self.comm, b.input.numel(), self.dtype, even=False)  # sizes change call to call
+        future, end, gated = queue.issue(call, host_driven=self.host_driven, what=self.label, need=need,
                                          tensors=(a, b if isinstance(b, torch.Tensor) else getattr(b, "input", None)))
         if future.done() and future.exception() is not None and not self.async_op:
             raise future.exception()
@@ -314,9 +325,10 @@ def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dty
 
     def body(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
         o, i = out.data_ptr(), inp.data_ptr()
-        target = torch.empty_like(out) if out_bytes and o < i + nbytes and i < o + out_bytes else out
+        aliased = out_bytes and o < i + nbytes and i < o + out_bytes
+        target = workspace.empty(out.numel(), out.dtype, out.device).view(out.shape) if aliased else out
         if pre_scale is not None:
-            inp = scale_(_flat(inp).clone(), pre_scale)
+            inp = scale_(workspace.empty(inp.numel(), inp.dtype, inp.device).copy_(_flat(inp)), pre_scale)
         if native is not None:
             native(target, inp)
         else:
@@ -327,6 +339,7 @@ def reduce_scatter_body(comm, plan: Plan, reduction: Reduction, dtype: torch.dty
             out.copy_(target)
         return out
 
+    body.takes = (out_bytes,) + ((nbytes,) if pre_scale is not None else ())  # the aliased output, the scaled input
     if native is not None and pre_scale is None and not divide:
         def direct(out: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
             o, i = out.data_ptr(), inp.data_ptr()

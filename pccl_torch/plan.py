@@ -26,7 +26,7 @@ from typing import Protocol
 
 import torch
 
-from pccl_torch import algorithms, compression, environment
+from pccl_torch import algorithms, compression, environment, workspace
 from pccl_torch.algorithms import Algorithm, Blocks, Collective, hierarchical, pipelined
 from pccl_torch.compression import pipelined as compressed_pipelined
 from pccl_torch.compression import schedules as compressed
@@ -249,6 +249,28 @@ class Plan:
                                     inp, send, recv, even=even)
         else:
             self._between("all_to_all")(getattr(levels, self.transport), out, inp, send, recv)
+
+    def workspace(self, levels: Levels, numel: int, dtype: torch.dtype, *, even: bool = True) -> workspace.Need:
+        """The device memory a call of this plan takes on a worker, which its issuing thread reserves before the
+        gate closes (``pccl_torch.workspace``): its schedules' temporaries, and the lanes of its copies between
+        the device and pinned host memory. ``numel``: elements of the full buffer (all-gather output,
+        reduce-scatter input, all-reduce buffer, all-to-all input); ``even`` False: an all-to-all with split sizes.
+        The one place a call's device memory is sized: a pipelined plan runs on pinned host memory (its scratch is
+        the host's), and a compressed plan that is not pipelined reserves its lanes only: its schedules and codecs
+        allocate where they run (named in ``pccl_torch.workspace``)."""
+        lanes = workspace.lane_bytes(numel, dtype)
+        if self.pipelined:
+            return workspace.Need((), lanes)
+        if self.compression is not None:
+            return workspace.Need((), lanes, complete=False)
+        if self.hierarchical:
+            takes = hierarchical.scratch_bytes(self.collective, levels.inter.size,
+                                               levels.intra_level(self.intra).size, numel, dtype.itemsize,
+                                               self.schedule.scratch, even=even)
+        else:
+            p = getattr(levels, self.transport).size
+            takes = tuple(e * dtype.itemsize for e in self.schedule.scratch(p, numel))
+        return workspace.Need(takes, lanes)
 
     def compressed(self, fmt: str, *, pipeline: bool = True) -> "Plan":
         """This plan with ``fmt`` on the wire, named ``<name>+<fmt>`` (in counters and signatures). A

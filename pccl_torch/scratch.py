@@ -15,9 +15,11 @@ Rules for a caller:
 - Its contents are whatever the last call left: a site that needs zeros writes them.
 
 Buffers are per thread (a communicator runs its calls one at a time, on its worker thread or in the caller's),
-host memory only (CUDA tensors come from torch's caching allocator, which already reuses them; pinned staging
-from torch's caching host allocator), and bounded: ``PCCL_SCRATCH_BYTES`` (default 1 GiB) caps what one thread
-keeps, and a request that would pass the cap gets a fresh tensor, as before. ``PCCL_SCRATCH_BYTES=0`` keeps
+host memory only, and bounded. A device request is the call's: from the workspace its issuing thread reserved, when
+a worker runs the call behind a closed gate (``pccl_torch.workspace``: the worker never allocates device memory),
+else from torch's caching allocator, which already reuses it; pinned staging comes from torch's caching host
+allocator. The bound: ``PCCL_SCRATCH_BYTES`` (default 1 GiB) caps what one thread keeps, and a request that
+would pass the cap gets a fresh tensor, as before. ``PCCL_SCRATCH_BYTES=0`` keeps
 nothing (every call allocates, the behaviour before this module).
 """
 
@@ -27,7 +29,7 @@ import threading
 
 import torch
 
-from pccl_torch import environment
+from pccl_torch import environment, workspace
 
 SCRATCH_ENV = "PCCL_SCRATCH_BYTES"
 DEFAULT_LIMIT = 1 << 30
@@ -42,18 +44,18 @@ def limit() -> int:
 
 
 def empty(role: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A 1-D tensor of ``numel`` elements for ``role`` (uninitialised, see the module's rules): the thread's kept
-    buffer for ``role`` when the tensor is on the host and the thread's buffers stay within the limit, else a
-    fresh ``torch.empty``."""
-    if device.type != "cpu":
-        return torch.empty(numel, dtype=dtype, device=device)
+    """A 1-D tensor of ``numel`` elements for ``role`` (uninitialised, see the module's rules): on a device, or
+    wherever this thread serves a workspace, the call's (``workspace.empty``); on the host, the thread's kept
+    buffer for ``role`` while the thread's buffers stay within the limit, else a fresh ``torch.empty``."""
+    if device.type != "cpu" or workspace.serves(device):
+        return workspace.empty(numel, dtype, device)
     nbytes = numel * dtype.itemsize
     kept: dict[str, torch.Tensor] = _local.__dict__.setdefault("buffers", {})
     buffer = kept.get(role)
     if buffer is None or buffer.numel() < nbytes:
         others = sum(b.numel() for r, b in kept.items() if r != role)
         if others + nbytes > limit():
-            return torch.empty(numel, dtype=dtype, device=device)
+            return torch.empty(numel, dtype=dtype)
         kept.pop(role, None)  # the smaller buffer goes before the larger one is made
         buffer = kept[role] = torch.empty(nbytes, dtype=torch.uint8)
     return buffer[:nbytes].view(dtype)

@@ -58,12 +58,33 @@ any thread of the rank.
 **Capture**: a host-driven call under CUDA graph capture is refused with a :class:`~pccl_torch.errors.PcclError`
 naming capture and the plan; device-only plans are captured as NCCL's calls are.
 
-**Memory**: the caller's buffers are ``record_stream``-ed on the order stream (and the worker's for host-driven
-calls) at issue; a device future marks what its copies out write on the order stream, where they run.
+**Memory** (``pccl_torch.workspace``): the worker neither allocates nor frees device memory while a gate may be
+closed. Why: the caller's buffers are ``record_stream``-ed on the order stream at issue, so their free events sit
+behind the closed gates, and a caching-allocator retry (an allocation missing the cache under memory pressure, or
+``empty_cache``) waits for every such event, and ``cudaFree``-s, holding the allocator's lock: a worker that
+allocated then, or waited for that lock, would wait for the gate it must open. How:
+
+- the issuing thread allocates the call's *workspace* (sized by ``Plan.workspace``: the schedules' temporaries,
+  and two lanes for the conversions of staged copies and 16-bit reductions) before it closes the gate, and marks
+  it in use on the worker's stream; two calls never share one;
+- the worker takes every device temporary from it (``scratch.empty``, ``workspace.empty``/``lane``); a call that
+  would take more fails with ``WorkspaceExhausted`` instead of allocating;
+- marks: the caller's buffers on the order stream (and the worker's, for host-driven calls), the workspace on the
+  worker's stream; the staging streams that read both, and NCCL's, are joined back into the worker's stream
+  before the gate opens, so those events cover them too (marking them from the worker would take the lock);
+- the queue keeps each call's workspace and tensors until an issuing thread sees the call done (``_release_done``,
+  at the next issue or drain), so the worker never drops the last reference to device memory;
+- a device future marks what its copies out write on the order stream, where they run.
+
+Left on a worker, named in ``pccl_torch.workspace``: an uneven two-level all-to-all's regrouped blocks (sized by
+the node's count exchange, on the worker), compressed plans' temporaries (unless pipelined), and what libraries
+do inside their calls (ProcessGroupNCCL's ``recordStream`` may take the allocator's lock, unless
+``TORCH_NCCL_AVOID_RECORD_STREAMS=1``).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import ctypes
 import functools
@@ -74,6 +95,7 @@ from typing import Any
 
 import torch
 
+from pccl_torch import workspace
 from pccl_torch.cuda_streams import _check, host_wait, new_stream
 from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError
 
@@ -303,6 +325,9 @@ class Queue:
         self._gate: HostGate | None = None
         self._gate_tried = False
         self._warned = False
+        self._held: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = collections.deque()
+        """Calls on the worker and what they hold (their workspace, the caller's tensors): released by an issuing
+        thread once done, so that the worker never frees device memory (``pccl_torch.workspace``)."""
         self.failure: BaseException | None = None
         """The first error of a call the worker ran on CUDA tensors: the group is broken from then on."""
 
@@ -337,6 +362,7 @@ class Queue:
             with self._lock:
                 if self._last is last:  # nothing queued since: later blocking calls need not wait
                     self._last = None
+        self._release_done()
 
     @property
     def busy(self) -> bool:
@@ -360,7 +386,8 @@ class Queue:
                 "wait, synchronize and call of this rank raises, as NCCL's async error handling does") from failure
 
     def issue(self, fn: Callable[[], Any], *, host_driven: bool, tensors: tuple[torch.Tensor | None, ...] = (),
-              what: str = "a collective") -> tuple[concurrent.futures.Future[Any], torch.cuda.Event, bool]:
+              what: str = "a collective", need: workspace.Need | None = None,
+              ) -> tuple[concurrent.futures.Future[Any], torch.cuda.Event, bool]:
         """Enqueue ``fn`` (a call on CUDA tensors) in the group's order; returns (its future, the end event, whether
         the end follows the call in stream order). Never waits on the host for the network.
 
@@ -369,9 +396,11 @@ class Queue:
         gate, as a host-driven call). True: the worker runs it behind the gate (module docstring). ``tensors``
         (the caller's buffers, the output first) are marked in use by pccl's streams, so that the caching allocator
         does not hand their memory out again before the call is done with it, whenever the caller frees them.
-        ``what`` names the call and its plan in errors. Raises before anything is queued on a broken group, and
-        for a host-driven call under CUDA graph capture."""
+        ``need``: the device memory ``fn`` takes where the worker runs it, allocated here, before the gate closes
+        (``pccl_torch.workspace``). ``what`` names the call and its plan in errors. Raises before anything is
+        queued on a broken group, and for a host-driven call under CUDA graph capture."""
         self.raise_if_failed()
+        self._release_done()
         if not host_driven and self.busy and self._gate_or_none() is not None:
             host_driven = True  # earlier calls still on the worker: this one follows them there, behind the gate,
             # rather than this thread waiting for them (it may use a level they use: the control level, with checks)
@@ -397,6 +426,7 @@ class Queue:
             end = torch.cuda.Event()
             end.record(order)
             return future, end, True
+        space = self._reserve(need, worker)  # before the gate closes: the worker allocates nothing behind it
         ready = torch.cuda.Event()
         ready.record(order)  # the caller's work and every earlier call of the group
         gate = self._gate_or_none()
@@ -404,16 +434,42 @@ class Queue:
         end = torch.cuda.Event()
         end.record(order)
         output = tensors[0] if tensors else None
-        future = self.submit(functools.partial(self._behind_gate, fn, ready, gate, number, output))
+        part = functools.partial(self._behind_gate, fn, ready, gate, number, output, space)
+        future = self.submit(part)
+        self._hold(future, part)
         if gate is None and not self._warned:
             self._warned = True
             log.warning("pccl: this CUDA driver has no stream memory operations (cuStreamWaitValue32): waits on "
                         "collectives that cross MPI block the host until the worker finishes")
         return future, end, gate is not None
 
+    def _reserve(self, need: workspace.Need | None, worker: torch.cuda.Stream) -> workspace.Workspace | None:
+        """The call's workspace, allocated by this (issuing) thread and marked in use by the worker's stream (every
+        other stream that uses it joins the worker's before the call ends)."""
+        if need is None or need.nbytes == 0:
+            return None
+        space = workspace.Workspace(need, self.cuda)
+        space.memory.record_stream(worker)
+        return space
+
+    def _hold(self, future: concurrent.futures.Future[Any], part: Callable[[], Any]) -> None:
+        """Keep ``part`` (the call's workspace and the caller's tensors) until an issuing thread sees it done."""
+        with self._lock:
+            self._held.append((future, part))
+
+    def _release_done(self) -> None:
+        """Let go of what the group's finished worker calls held: in this (issuing) thread, not the worker, since it
+        may free device memory; after the lock, which the worker never takes anyway."""
+        done = []
+        with self._lock:
+            while self._held and self._held[0][0].done():
+                done.append(self._held.popleft())
+        done.clear()
+
     def _behind_gate(self, fn: Callable[[], Any], ready: torch.cuda.Event, gate: HostGate | None,
-                     number: int, output: torch.Tensor | None) -> Any:
-        """The worker's part: ``fn`` on the worker's stream after ``ready``; then the gate opens behind its copies.
+                     number: int, output: torch.Tensor | None, space: workspace.Workspace | None = None) -> Any:
+        """The worker's part: ``fn`` on the worker's stream after ``ready``, its device temporaries from ``space``
+        (reserved at issue); then the gate opens behind its copies.
 
         A failure breaks the group first (:attr:`failure`: every later wait, synchronize and call of the rank
         raises), then poisons ``output`` (NaN where it holds floats: a consumer already queued behind the gate reads
@@ -422,7 +478,7 @@ class Queue:
         stream = self.worker_stream()
         stream.wait_event(ready)
         try:
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream), workspace.serving(space):
                 return fn()
         except BaseException as exc:
             self._fail(exc, stream, output)

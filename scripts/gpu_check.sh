@@ -84,7 +84,7 @@ DRY_ELAPSED=0
 # Expected seconds of a section on the GPU machine (its cap is the limit): none has run on a GPU yet, so these are
 # estimates: the CPU run of the same test or launch plus CUDA/NCCL start-up (~5-10 s a process), and issue 52's
 # "contract launches ~4 minutes". The dry run adds these up; a real run measures them (summary.txt).
-declare -A EXPECTED_S=([rules-cuda]=25 [soak-n2]=60 [torchrun-nccl]=45 [torchrun-pccl]=60 [torchrun-pccl-2nodes]=50
+declare -A EXPECTED_S=([rules-cuda]=27 [soak-n2]=60 [torchrun-nccl]=45 [torchrun-pccl]=60 [torchrun-pccl-2nodes]=50
     [plans-n4]=60 [mpi-contract]=45 [fifo-cpu-n2]=15 [fifo-cpu-n3]=15 [backend-n2]=50 [staging-cuda]=40
     [streams-cuda]=20 [kernels]=60 [bench-float32]=40 [api-n4-L2]=80)
 
@@ -320,8 +320,10 @@ DRIVER=(tests/multiprocess/driver.py --device cuda --no-large)
 # -- 0b. the CUDA rules of issue 56, first: each a test that fails on the code before its fix ------------------
 # rules-cuda: tests/unit/test_cuda_rules.py (pccl's own streams, no hang over 200 host-driven calls with futures on
 # pool streams, the gate in sync-debug "error" mode, a failed call raising at the next wait with its consumer
-# reading NaN, the copy-out buffer kept alive, graph capture refused or captured) and test_work_cuda.py (enqueue
-# and return, the gate, a device call behind a busy worker). ~20 s expected (one process; CUDA start-up).
+# reading NaN, the copy-out buffer kept alive, graph capture refused or captured, item 5: no allocation of the caching
+# allocator on the worker over host-driven calls, and a memory-pressure run with a marked buffer freed behind a
+# closed gate that must end, not hang) and test_work_cuda.py (enqueue and return, the gate, a device call behind a
+# busy worker). ~22 s expected (one process; CUDA start-up; the memory tests ~2 s).
 # soak-n2: mpiexec, 2 emulated nodes of 1 rank (every CUDA call host-driven), the pccl backend: DDP and FSDP2
 # steps until >= 200 calls ran on the group's CUDA communicator; a hang prints every rank's stacks and fails.
 if [ -n "$NO_GPU" ]; then

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from pccl_torch import workspace
 from pccl_torch.ops import ReduceOp, SUPPORTED_DTYPES
 from pccl_torch.triton_kernels._backend import HAS_TRITON, block_size, grid_for, launching, wants_triton
 
@@ -107,16 +108,25 @@ def reduce_reference(out: torch.Tensor, inputs: Sequence[torch.Tensor], op: Redu
     """Plain-torch twin of the Triton kernel: same order, same accumulator, same single rounding.
 
     ``out`` may be ``inputs[0]`` (accumulate in place) but no other input. Full-precision dtypes are
-    combined straight into ``out`` with no temporary (fresh CPU allocations cost page faults).
+    combined straight into ``out`` with no temporary (fresh CPU allocations cost page faults). 16-bit floats
+    go through two float32 temporaries, the workspace's lanes on a worker (``pccl_torch.workspace``: piece by
+    piece where a lane is smaller; element-wise, so the result is the same), else fresh tensors.
     """
     fn = _TORCH_BINARY[op]
     if out.dtype in _LOW_PRECISION:
-        acc = inputs[0].float()
-        for other in inputs[1:]:
-            fn(acc, other.float(), out=acc)
-        if scale is not None:
-            acc.mul_(scale)
-        return out.copy_(acc)
+        n, flat = out.numel(), [t.view(-1) for t in (out, *inputs)]
+        acc_room = workspace.lane(0, n, torch.float32, out.device)
+        other_room = workspace.lane(1, n, torch.float32, out.device) if len(inputs) > 1 else acc_room
+        step = max(min(acc_room.numel(), other_room.numel()), 1)
+        for start in range(0, n, step):
+            acc, other = acc_room[:min(step, n - start)], other_room[:min(step, n - start)]
+            acc.copy_(flat[1][start:start + step])
+            for source in flat[2:]:
+                fn(acc, other.copy_(source[start:start + step]), out=acc)
+            if scale is not None:
+                acc.mul_(scale)
+            flat[0][start:start + step].copy_(acc)
+        return out
     if len(inputs) == 1:
         if out.data_ptr() != inputs[0].data_ptr():
             out.copy_(inputs[0])

@@ -54,7 +54,7 @@ def recursive_doubling(t: Transport, out: torch.Tensor, inp: torch.Tensor, block
 
 @register("all_gather", "bruck",
           summary="ceil(lg p) steps on a rotated buffer, for any p; one rotation at the end",
-          cost="ceil(lg p) a + (p-1)/p n b")
+          cost="ceil(lg p) a + (p-1)/p n b", scratch=lambda p, n: (n,) if p > 1 else ())
 def bruck(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) -> None:
     r, p = t.rank, t.size
     if p == 1:

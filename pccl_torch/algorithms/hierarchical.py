@@ -14,6 +14,10 @@ P = N nodes x L ranks; global rank = node * L + local rank; n = elements per ran
 
 While a torch profiler records, each phase is a range nested in the call's (``pccl_torch.profiling.phase``):
 ``pccl:pack``, ``pccl:intra:<collective>``, ``pccl:inter:<collective>``, ``pccl:unpack``.
+
+Every temporary comes from ``scratch`` and is counted by :func:`scratch_bytes` (what a CUDA call's worker finds
+reserved at issue, ``pccl_torch.workspace``), but an uneven all-to-all's regrouped blocks, whose sizes the node's
+count exchange gives.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from collections.abc import Callable
 
 import torch
 
-from pccl_torch import scratch
+from pccl_torch import scratch, workspace
 from pccl_torch.algorithms._layout import Blocks, transpose_blocks
+from pccl_torch.algorithms.registry import Collective, Scratch
 from pccl_torch.ops import ReduceOp
 from pccl_torch.profiling import phase
 from pccl_torch.transport.base import Transport
@@ -93,11 +98,11 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
     with phase("pccl:pack", inp):
         transpose_blocks(inp, packed, mine)  # (node, local rank) -> (local rank, node)
     held = [[counts[l][m * local + k] for m in range(nodes)] for l in range(local)]  # from local rank l, for node m
-    gathered = scratch.empty("hierarchical.all_to_all.gathered", sum(map(sum, held)), inp.dtype, inp.device)
+    gathered = _regrouped("hierarchical.all_to_all.gathered", sum(map(sum, held)), inp.dtype, inp.device, even)
     with phase("pccl:intra:all_to_all", packed, intra):
         intra.native_all_to_all(gathered, packed, [sum(mine[m][j] for m in range(nodes)) for j in range(local)],
                                 [sum(row) for row in held])
-    outgoing = scratch.empty_like("hierarchical.all_to_all.outgoing", gathered)
+    outgoing = _regrouped("hierarchical.all_to_all.outgoing", gathered.numel(), inp.dtype, inp.device, even)
     with phase("pccl:pack", gathered):
         transpose_blocks(gathered, outgoing, held)  # (local rank, node) -> (node, local rank)
     to_nodes = Blocks.from_counts([sum(held[l][m] for l in range(local)) for m in range(nodes)])
@@ -106,13 +111,45 @@ def all_to_all(intra: Transport, inter: Transport, inter_all_to_all: Callable[..
         inter_all_to_all(inter, out, outgoing, to_nodes, from_nodes)
 
 
+def scratch_bytes(collective: Collective, nodes: int, local: int, numel: int, itemsize: int, inter: Scratch, *,
+                  even: bool = True) -> tuple[int, ...]:
+    """Bytes of each temporary a two-level ``collective`` takes on N = ``nodes`` x L = ``local`` ranks, with
+    ``inter`` the inter-node schedule's scratch; ``numel``: elements of the full buffer (all-to-all: the input).
+    An uneven all-to-all (``even`` False) counts its send-count tables, not its regrouped blocks (unknown here)."""
+    p = nodes * local
+    if collective == "all_gather":
+        n = numel // p
+        elements = (nodes * n, numel) + inter(nodes, nodes * n)
+    elif collective == "reduce_scatter":
+        n = numel // p
+        elements = (numel, nodes * n) + inter(nodes, nodes * n)
+    elif collective == "all_reduce":
+        shard = -(-numel // local)
+        elements = ((shard * local,) if shard * local != numel else ()) + (shard,) + inter(nodes, shard)
+    else:
+        elements = () if local == 1 else (numel, numel, numel) if even else (numel,)
+    counts = (p * 8, local * p * 8) if collective == "all_to_all" and local > 1 and not even else ()
+    return tuple(e * itemsize for e in elements) + counts
+
+
+def _regrouped(role: str, numel: int, dtype: torch.dtype, device: torch.device, even: bool) -> torch.Tensor:
+    """An all-to-all's regrouped blocks: scratch, but where uneven on a worker's device, outside its workspace
+    (their size comes from the node's count exchange, on the worker: ``workspace.unreserved``)."""
+    if even or not workspace.serves(device):
+        return scratch.empty(role, numel, dtype, device)
+    return workspace.unreserved(numel, dtype, device)
+
+
 def _node_send_counts(intra: Transport, send: Blocks, even: bool, device: torch.device) -> list[list[int]]:
     """Every node-mate's send counts (``[local rank][destination rank]``): this rank's repeated when ``even``,
-    else all-gathered inside the node."""
+    else all-gathered inside the node (on the level's control device; from pageable memory to a device, a copy
+    the host waits for, as ``torch.tensor(..., device=...)``)."""
     if even:
         return [list(send.counts)] * intra.size
-    mine = torch.tensor(send.counts, dtype=torch.int64, device=intra.control_device(device))
-    table = torch.empty(intra.size * mine.numel(), dtype=torch.int64, device=mine.device)
+    control = intra.control_device(device)
+    mine = scratch.empty("hierarchical.all_to_all.counts", len(send.counts), torch.int64, control)
+    mine.copy_(torch.tensor(send.counts, dtype=torch.int64))
+    table = scratch.empty("hierarchical.all_to_all.count_table", intra.size * mine.numel(), torch.int64, control)
     with phase("pccl:intra:counts", table, intra):
         intra.native_all_gather(table, mine)
     return table.view(intra.size, -1).tolist()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pccl_torch import scratch
 from pccl_torch.algorithms._layout import Blocks
 from pccl_torch.algorithms.registry import register
 from pccl_torch.ops import ReduceOp
@@ -17,11 +18,12 @@ def _require_even(blocks: Blocks, what: str) -> None:
         raise ValueError(f"native {what} needs equal blocks, got counts {blocks.counts}")
 
 
-@register("all_gather", "native", summary="the transport's own all-gather", cost=_COST)
+@register("all_gather", "native", summary="the transport's own all-gather", cost=_COST,
+          scratch=lambda p, n: (n // p,))  # the input's copy, taken in place only
 def all_gather(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) -> None:
     _require_even(blocks, "all-gather")
     if inp.numel() and inp.data_ptr() == out.data_ptr() + blocks.offsets[t.rank] * out.element_size():
-        inp = inp.clone()  # the library wants distinct send and receive buffers
+        inp = scratch.empty_like("native.all_gather.input", inp).copy_(inp)  # the library wants distinct buffers
     t.native_all_gather(out, inp)
 
 

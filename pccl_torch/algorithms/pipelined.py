@@ -16,7 +16,8 @@ P = N nodes x L ranks; a chunk of width w elements (of the n per rank block, or 
 Results equal the unpipelined schedule's element for element (each element takes the same reductions in
 the same order); all-reduce results are bitwise identical on every rank. Where a level cannot reduce 16-bit floats (MPI)
 they are reduced in float32, and where a level needs host memory (MPI) CUDA tensors are staged through it,
-once for the whole call.
+once for the whole call: then every temporary is host memory, and the only device memory a worker uses is the
+call's workspace lanes, for the conversions of 16-bit floats (``staging.transfer``, ``pccl_torch.workspace``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from pccl_torch import scratch
+from pccl_torch import scratch, workspace
 from pccl_torch.cuda_streams import host_wait
 from pccl_torch.profiling import chunk_step
 from pccl_torch.ops import ReduceOp
@@ -75,8 +76,9 @@ def staged(tensor: torch.Tensor, reduce: bool, levels: Sequence[Transport], *, c
     if not (host or upcast):
         return tensor
     dtype = torch.float32 if upcast else tensor.dtype
-    if not host:
-        return tensor.to(dtype) if contents else torch.empty_like(tensor, dtype=dtype)
+    if not host:  # host tensors (a CUDA tensor is never upcast without a level needing host memory)
+        copy = workspace.empty(tensor.numel(), dtype, tensor.device).view(tensor.shape)
+        return copy.copy_(tensor) if contents else copy
     copy = torch.empty(tensor.shape, dtype=dtype, pin_memory=True)
     if contents:  # converted on the device if need be, one copy into page-locked memory, after the caller's work
         transfer(tensor, copy, non_blocking=True)

@@ -14,7 +14,7 @@ from pccl_torch.triton_kernels import reduce_
 
 @register("reduce_scatter", "ring",
           summary="p-1 steps; each passes a running partial of one block to the right neighbour",
-          cost="(p-1) a + (p-1)/p n (b + g)")
+          cost="(p-1) a + (p-1)/p n (b + g)", scratch=lambda p, n: (2 * -(-n // p),) if p > 1 else ())
 def ring(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
     r, p = t.rank, t.size
     if p == 1:
@@ -35,7 +35,8 @@ def ring(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op:
 
 @register("reduce_scatter", "recursive_halving",
           summary="lg p steps exchanging halving ranges with rank^2^k; non-powers of two fold in 2 extra steps",
-          cost="lg p a + (p-1)/p n (b + g) (+ n b + n/p b if p is not a power of two)")
+          cost="lg p a + (p-1)/p n (b + g) (+ n b + n/p b if p is not a power of two)",
+          scratch=lambda p, n: (n, n))
 def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
     r, p = t.rank, t.size
     fold = Fold.of(p)
@@ -66,7 +67,7 @@ def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks
 
 @register("reduce_scatter", "pairwise",
           summary="p-1 steps; at step s send block r+s to rank r+s and receive own block from rank r-s",
-          cost="(p-1) a + (p-1)/p n (b + g)")
+          cost="(p-1) a + (p-1)/p n (b + g)", scratch=lambda p, n: (-(-n // p),))
 def pairwise(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks, op: ReduceOp) -> None:
     r, p = t.rank, t.size
     out.copy_(blocks.block(inp, r))

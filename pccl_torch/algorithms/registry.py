@@ -1,8 +1,9 @@
 """The algorithm registry: (collective, name) -> the schedule and what it costs.
 
-Every schedule registers itself here with a one-line summary and its alpha-beta-gamma cost
-(Thakur, Rabenseifner, Gropp 2005; p ranks, n bytes of the full buffer). Lookups of an unknown name
-fail with the list of valid names. Calling conventions, by collective:
+Every schedule registers itself here with a one-line summary, its alpha-beta-gamma cost
+(Thakur, Rabenseifner, Gropp 2005; p ranks, n bytes of the full buffer) and its scratch: the temporaries it takes
+(``pccl_torch.scratch``), which a CUDA call's worker finds reserved at issue (``pccl_torch.workspace``). Lookups of
+an unknown name fail with the list of valid names. Calling conventions, by collective:
 
 - ``all_gather(t, out, inp, blocks)``: ``out`` receives block ``i`` from rank ``i``; ``inp`` is this
   rank's block (it may be the view ``blocks.block(out, t.rank)``).
@@ -24,6 +25,14 @@ Collective = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 COLLECTIVES: tuple[Collective, ...] = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
 
 F = TypeVar("F", bound=Callable[..., None])
+Scratch = Callable[[int, int], tuple[int, ...]]
+"""``scratch(p, n)``: the elements (of the buffer's dtype) of each temporary a schedule takes over ``p`` ranks on a
+full buffer of ``n`` elements (all-gather output, reduce-scatter input, all-reduce buffer), at most on any rank."""
+
+
+def no_scratch(p: int, n: int) -> tuple[int, ...]:
+    """A schedule that takes no temporaries."""
+    return ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +44,14 @@ class Algorithm:
     fn: Callable[..., None]
     summary: str
     cost: str
+    scratch: Scratch = no_scratch
 
 
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
 
-def register(collective: Collective, name: str, *, summary: str, cost: str) -> Callable[[F], F]:
+def register(collective: Collective, name: str, *, summary: str, cost: str,
+             scratch: Scratch = no_scratch) -> Callable[[F], F]:
     """Decorator: register ``fn`` as algorithm ``name`` of ``collective``."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; expected one of {COLLECTIVES}")
@@ -49,7 +60,7 @@ def register(collective: Collective, name: str, *, summary: str, cost: str) -> C
         key = (collective, name)
         if key in _REGISTRY:
             raise ValueError(f"algorithm {name!r} is already registered for {collective}")
-        _REGISTRY[key] = Algorithm(collective, name, fn, summary, cost)
+        _REGISTRY[key] = Algorithm(collective, name, fn, summary, cost, scratch)
         return fn
 
     return wrap

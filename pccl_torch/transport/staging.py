@@ -9,21 +9,24 @@ overlaps it. Here instead:
   copy is queued at once on a side stream, each followed by an event; the host waits for chunk ``c``'s event
   only, runs MPI on it, and queues its host-to-device copy on a second side stream, so the copy engines move
   chunks ``c + 1`` and ``c - 1`` while MPI moves chunk ``c``;
-- the side streams wait on the caller's stream, and the caller's stream waits on the copies back (stream
-  waits, never a device-wide synchronize), as torch.distributed's NCCL work does. The call returns once MPI is
-  done; the results land in the caller's tensors in the caller's stream order.
+- the side streams wait on the caller's stream, and the caller's stream waits on both (stream waits, never a
+  device-wide synchronize), as torch.distributed's NCCL work does. The call returns once MPI is done; the results
+  land in the caller's tensors in the caller's stream order.
 
 Reductions of 16-bit floats, which MPI cannot reduce, are staged as float32 (converted on the device, by the
-copies). On host tensors the same schedule runs with plain copies: that is how every chunking is tested here.
+copies), and a chunk of strided rows is gathered on the device: both through the call's workspace lanes, piece by
+piece (:func:`transfer`), never a device allocation on a worker (``pccl_torch.workspace``). On host tensors the
+same schedule runs with plain copies: that is how every chunking is tested here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from pccl_torch import workspace
 from pccl_torch.cuda_streams import new_stream
 
 CHUNK_BYTES = 4 << 20
@@ -125,6 +128,7 @@ class HostStaging:
             self._released = torch.cuda.Event()
             self._released.record(up)
             caller.wait_stream(up)
+            caller.wait_stream(down)  # what the side streams used (the workspace's lanes) is the caller's again
 
     def _side_streams(self, device: torch.device) -> tuple[torch.cuda.Stream, torch.cuda.Stream]:
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -140,12 +144,45 @@ def _copy(copies: Sequence[Copy], *, non_blocking: bool) -> None:
 
 
 def transfer(source: torch.Tensor, destination: torch.Tensor, *, non_blocking: bool) -> None:
-    """``destination.copy_(source)``; on CUDA (``non_blocking``) a change of dtype is made on the device, so the
-    host side is one transfer with page-locked memory (torch's own cross-device ``copy_`` converts on the CPU,
-    through pageable temporaries that make the transfer synchronous)."""
-    if non_blocking and source.dtype != destination.dtype:
-        source = source.to(destination.dtype) if source.is_cuda else source.to(destination.device, non_blocking=True)
-    destination.copy_(source, non_blocking=non_blocking)
+    """``destination.copy_(source)``. Between a CUDA device and (pinned, contiguous) host memory with
+    ``non_blocking``, a change of dtype and the gathering of strided rows are made on the device, through a
+    workspace lane (lane 0 down, lane 1 up; piece by piece where the lane is smaller), so the host side is one
+    transfer with page-locked memory and the device memory is the call's own (torch's cross-device ``copy_``
+    allocates its temporaries on the device, or converts through pageable host memory)."""
+    if not non_blocking or source.device == destination.device or \
+            (source.dtype == destination.dtype and source.is_contiguous() and destination.is_contiguous()):
+        destination.copy_(source, non_blocking=non_blocking)
+        return
+    down = source.device.type == "cuda"
+    device, dtype = (source.device, destination.dtype) if down else (destination.device, source.dtype)
+    room = workspace.lane(0 if down else 1, source.numel(), dtype, device)
+    for src, dst in _pieces(_rows(source), _rows(destination), max(room.numel(), 1)):
+        piece = room[:src.numel()].view(src.shape)
+        if down:
+            piece.copy_(src)  # on the device: converted, gathered
+            dst.copy_(piece, non_blocking=True)
+        else:
+            piece.copy_(src, non_blocking=True)
+            dst.copy_(piece)  # on the device: converted, scattered
+
+
+def _rows(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as 2-D rows: a strided chunk view as it is, anything contiguous as one row."""
+    return tensor if tensor.dim() == 2 else tensor.view(1, -1)
+
+
+def _pieces(source: torch.Tensor, destination: torch.Tensor, room: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Matching pieces of two ``[rows, width]`` views of at most ``room`` elements each: whole rows where a row
+    fits, else pieces of one row (each contiguous wherever its view's rows are)."""
+    rows, width = source.shape
+    if width <= room:
+        step = max(room // max(width, 1), 1)
+        for r in range(0, rows, step):
+            yield source[r:r + step], destination[r:r + step]
+        return
+    for r in range(rows):
+        for c in range(0, width, room):
+            yield source[r:r + 1, c:c + room], destination[r:r + 1, c:c + room]
 
 
 def blocks(tensor: torch.Tensor, parts: int) -> torch.Tensor:

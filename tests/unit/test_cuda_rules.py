@@ -9,15 +9,18 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import faulthandler
+import functools
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from pccl_torch import cuda_streams
 from pccl_torch.errors import CommunicatorBrokenError, PcclError, PcclMismatchError
+from pccl_torch.transport.base import Transport
 from pccl_torch.work import Queue, Work, device_future
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,6 +220,290 @@ def test_a_probe_pair_on_a_wrapped_nccl_group_is_batched() -> None:
     assert _nccl_backend(SimpleNamespace(_get_backend=gloo_only)) is None
 
 
+# -- Memory (item 5): the worker never allocates, nor frees, device memory behind a closed gate ------------------
+WORKER_PATH = [*sorted((ROOT / "pccl_torch" / "algorithms").glob("*.py")),
+               *sorted((ROOT / "pccl_torch" / "compression").glob("*.py")),
+               *(ROOT / "pccl_torch" / name for name in ("calls.py", "plan.py", "scratch.py")),
+               *(ROOT / "pccl_torch" / "transport" / name
+                 for name in ("base.py", "mpi.py", "staging.py", "torch_group.py")),
+               *(ROOT / "triton_kernels" / name for name in ("reduce.py", "pack.py", "planes.py", "quantize.py"))]
+"""What a worker runs for a host-driven call: the plans' schedules, their transports and kernels."""
+NOT_RESERVED = {
+    ("pccl_torch/transport/mpi.py", "_typed"): "host tensors only: MPI's float32 copy of a 16-bit host buffer",
+    ("pccl_torch/plan.py", "_announce"): "a compressed all-to-all's byte counts, on the control device (MPI: the host)",
+    ("triton_kernels/pack.py", "gather_chunks"): "no plan uses it",
+    **{(f"pccl_torch/compression/{name}", "*"): "compressed plans' codec buffers (pccl_torch.workspace, docs/gpus.md)"
+       for name in ("formats.py", "schedules.py", "pipelined.py")},
+    **{(f"triton_kernels/{name}", "*"): "the codecs of compressed plans" for name in ("planes.py", "quantize.py")},
+}
+"""Device allocations a worker may still make, each with why (``pccl_torch/workspace.py`` and docs/gpus.md)."""
+_FACTORIES = {"empty", "zeros", "ones", "full", "tensor", "empty_strided", "arange", "rand", "randn", "randint"}
+_LIKE = {"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like"}
+_JOINS = {"cat", "concat", "stack"}
+_COPIES = {"clone", "contiguous", "to", "float", "half", "bfloat16", "double", "cuda", "new_empty", "new_zeros",
+           "new_ones", "new_full", "new_tensor"}
+
+
+def _allocations(path: Path):
+    """(innermost function, call) of every call in ``path`` that may make a tensor on a device: a factory given a
+    ``device=``, a ``*_like``, a join without ``out=``, a copying method. Triton kernels (``@triton.jit``) are
+    device code, not calls of torch."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not any("jit" in ast.unparse(d) for d in child.decorator_list):
+                    visit(child, child.name)
+                continue
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute):
+                name, owner = child.func.attr, ast.unparse(child.func.value)
+                keywords = {k.arg for k in child.keywords}
+                if (owner == "torch" and ((name in _FACTORIES and "device" in keywords) or name in _LIKE or
+                                          (name in _JOINS and "out" not in keywords))) or \
+                        (owner not in ("torch", "tl") and name in _COPIES):
+                    found.append((function, child))
+            visit(child, function)
+
+    visit(ast.parse(path.read_text()), "<module>")
+    return found
+
+
+def test_the_worker_path_allocates_device_memory_only_from_the_calls_workspace() -> None:
+    """Item 5 (static): every device temporary of a plan's schedules, transports and kernels comes from
+    ``scratch`` / ``workspace`` (the call's workspace on a worker), none from a torch factory, a ``*_like``, a join
+    or a copying method, but the named ones. Fails before: ``calls.py``'s ``empty_like`` and ``clone``, native
+    all-gather's ``clone``, ``staging.transfer``'s ``.to``, ``scratch.empty``'s ``torch.empty(device=...)``, the
+    all-to-all's count tensors, ``pipelined.staged``'s ``.to`` and the 16-bit reduce reference's ``.float()``."""
+    found = []
+    for path in WORKER_PATH:
+        where = str(path.relative_to(ROOT))
+        for function, node in _allocations(path):
+            if (where, function) not in NOT_RESERVED and (where, "*") not in NOT_RESERVED:
+                found.append(f"{where}:{node.lineno} {function}: {ast.unparse(node)}")
+    assert not found, "device allocations on the worker path outside the call's workspace:\n" + "\n".join(found)
+
+
+class _Unguarded:
+    """A transport whose calls run outside the allocation guard (the threads that stand in for MPI and NCCL
+    copy what they carry; the real libraries do not allocate torch tensors)."""
+
+    def __init__(self, transport) -> None:
+        self._transport = transport
+
+    def __getattr__(self, name: str):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        value = getattr(self._transport, name)
+        if not callable(value):
+            return value
+
+        def call(*args, **kwargs):
+            with _disable_current_modes():
+                return value(*args, **kwargs)
+
+        return call
+
+
+class _Levels:
+    """What a plan and a call's body read of a communicator, over in-process transports (CPU tensors)."""
+
+    def __init__(self, world, intra, inter, rank: int, size: int) -> None:
+        self.world = self.vendor = _Unguarded(world)
+        self.inter, self._intra = _Unguarded(inter), _Unguarded(intra)
+        self.topology = SimpleNamespace(rank=rank, world_size=size)
+        self.device = torch.device("cpu")
+        self.check = False
+
+    def intra_level(self, library: str | None):
+        return self._intra
+
+
+def _new_storages():
+    """A dispatch mode (this thread only) that lists every op whose output has storage none of its inputs had."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class NewStorages(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.made: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            out = func(*args, **kwargs)
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.numel() and t.untyped_storage().data_ptr() not in given:
+                    self.made.append(f"{func} -> {tuple(t.shape)} {t.dtype}")
+            return out
+
+    return NewStorages()
+
+
+def _bodies(collective: str, plan, levels: _Levels, p: int, n: int, dtype: torch.dtype):
+    """(body, a, b) of one call: the call layer's body (``pccl_torch.calls``) and its tensors (``n`` a rank's
+    block); reductions with PREMUL_SUM's pre-scale and AVG's division, which take temporaries of their own."""
+    from pccl_torch import calls
+    from pccl_torch.ops import Reduction, ReduceOp
+
+    g = torch.Generator().manual_seed(levels.topology.rank)
+    data = torch.randint(-4, 5, (p * n,), generator=g).to(dtype)
+    if collective == "all_gather":
+        body = calls.all_gather_body(levels, plan, p * n * dtype.itemsize, False)
+        return body, torch.empty(p * n, dtype=dtype), data[:n]
+    if collective == "reduce_scatter":
+        premul = Reduction(ReduceOp.PREMUL_SUM, ReduceOp.SUM, pre_scale=0.5)
+        return (calls.reduce_scatter_body(levels, plan, premul, dtype, p * n * dtype.itemsize, False),
+                torch.empty(n, dtype=dtype), data)
+    if collective == "all_reduce":
+        avg = Reduction(ReduceOp.AVG, ReduceOp.SUM, divide_by_world=True)
+        return calls.all_reduce_body(levels, plan, avg, dtype, (p * n + 1) * dtype.itemsize, False), \
+            torch.cat([data, data[:1]]), None  # an odd length: the hierarchy pads its shards
+    return calls.all_to_all_body(levels, plan, p * n, p * n * dtype.itemsize), torch.empty(p * n, dtype=dtype), data
+
+
+def _cuda_plans():
+    """Every distinct uncompressed plan a CUDA call can name but the pipelined one (its temporaries are host
+    memory there: staged once, only the lanes are the device's), with the collective."""
+    from pccl_torch.plan import PIPELINED, names_for
+
+    return [(c, name) for c in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+            for name in names_for(c, "cuda") if not name.endswith(PIPELINED)]
+
+
+@pytest.mark.parametrize("collective,name", _cuda_plans(), ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_plan_takes_its_temporaries_from_the_workspace_its_issue_reserved(collective: str, name: str,
+                                                                                 dtype: torch.dtype) -> None:
+    """Item 5 (dynamic): each plan's call body, run as a worker runs it (its workspace served, sized by
+    ``calls.workspace_need`` as the issuing thread sizes it) on 2 nodes x 2 ranks and 3 x 1 of CPU threads, makes
+    no tensor storage of its own but from that workspace, never runs out of it, and reserves at most one rank's
+    block more than the busiest rank took. Fails before: there was no workspace to reserve."""
+    from pccl_torch import calls, workspace
+    from pccl_torch.plan import resolve
+    from pccl_torch.transport import ThreadedWorld
+
+    plan = resolve(collective, name)
+    for nodes, local in ((2, 2), (3, 1)):
+        p, n = nodes * local, 5
+        intra = [ThreadedWorld(local) for _ in range(nodes)]
+        inter = [ThreadedWorld(nodes) for _ in range(local)]
+        world = ThreadedWorld(p)
+        used, made, reserved = [0] * p, [], []
+
+        def rank(_t, g: int) -> None:
+            levels = _Levels(world.transports[g], intra[g // local].transports[g % local],
+                             inter[g % local].transports[g // local], g, p)
+            body, a, b = _bodies(collective, plan, levels, p, n, dtype)
+            nbytes = (a if collective != "reduce_scatter" else b).numel() * dtype.itemsize
+            need = calls.workspace_need(levels, plan, body, nbytes, dtype)
+            space = workspace.Workspace(need, torch.device("cpu"))
+            guard = _new_storages()
+            with workspace.serving(space), guard:
+                body(a, b)
+            used[g] = space.used
+            made.extend(guard.made)
+            reserved.append(sum(workspace.aligned(t) for t in need.takes))
+
+        world.run(rank, [(g,) for g in range(p)])
+        assert not made, f"{name} {collective} made tensors outside its workspace on a worker: {made}"
+        block = workspace.aligned(n * dtype.itemsize) * 2
+        assert max(reserved) <= max(used) + block, (name, collective, reserved, used)
+
+
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter", "all_reduce"])
+def test_a_compressed_plan_allocates_what_its_workspace_does_not_count(collective: str) -> None:
+    """The named exception: a compressed plan that is not pipelined reserves its lanes only (``Need.complete``
+    False); on a worker its temporaries past them are allocated where it runs, never a ``WorkspaceExhausted``."""
+    from pccl_torch import calls, workspace
+    from pccl_torch.plan import resolve
+    from pccl_torch.transport import ThreadedWorld
+
+    plan, nodes, local = resolve(collective, "hier:ring").compressed("int8"), 2, 2
+    p, n = nodes * local, 300
+    intra, inter = [ThreadedWorld(local) for _ in range(nodes)], [ThreadedWorld(nodes) for _ in range(local)]
+    world = ThreadedWorld(p)
+
+    def rank(_t, g: int) -> None:
+        levels = _Levels(world.transports[g], intra[g // local].transports[g % local],
+                         inter[g % local].transports[g // local], g, p)
+        body, a, b = _bodies(collective, plan, levels, p, n, torch.float32)
+        nbytes = (a if collective != "reduce_scatter" else b).numel() * 4
+        need = calls.workspace_need(levels, plan, body, nbytes, torch.float32)
+        assert not need.complete
+        with workspace.serving(workspace.Workspace(need, torch.device("cpu"))):
+            body(a, b)
+
+    world.run(rank, [(g,) for g in range(p)])
+
+
+def test_a_worker_serves_its_calls_workspace_and_the_issuing_thread_frees_it() -> None:
+    """Item 5: the worker's part runs with the workspace reserved at issue served, and drops nothing of the call's
+    (its workspace, the caller's tensors): an issuing thread lets go of them once the call is done, so that the
+    worker never frees device memory (which takes the caching allocator's lock). Fails before: ``_behind_gate``
+    took no workspace."""
+    import weakref
+
+    from pccl_torch import workspace
+
+    queue = Queue("test", device=torch.device("cpu"))
+    space = workspace.Workspace(workspace.Need((64,), 256), torch.device("cpu"))
+    seen: list[object] = []
+    queue._worker_stream = _Stream()
+
+    def fn() -> None:
+        seen.append(workspace.current())
+        seen.append(workspace.empty(16, torch.float32, torch.device("cpu")).untyped_storage().data_ptr())
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("pccl_torch.work.host_wait", lambda stream: None)
+        part = functools.partial(queue._behind_gate, fn, "ready", _Gate(), 7, None, space)
+        future = queue.submit(part)
+        queue._hold(future, part)
+        concurrent.futures.wait([future])
+    assert future.exception() is None and seen[0] is space and seen[1] == space.memory.untyped_storage().data_ptr()
+    assert workspace.current() is None
+    gone = weakref.ref(space)
+    del space, part, seen[:]
+    time.sleep(0.05)  # the worker thread is done with its work item
+    assert gone() is not None, "the worker let go of the call's workspace: it may not free device memory"
+    queue._release_done()
+    assert gone() is None, "the issuing thread keeps the workspace of a finished call"
+    queue.shutdown()
+
+
+def test_lane_pieces_cover_every_element_once() -> None:
+    """The pieces a copy goes through a lane in (``staging._pieces``): whole rows where they fit, else pieces of a
+    row; every element once, in matching places of both views."""
+    from pccl_torch.transport.staging import _pieces
+
+    for rows, width, room in ((1, 10, 3), (3, 4, 4), (3, 4, 9), (5, 7, 2), (2, 0, 1), (4, 6, 100)):
+        source = torch.arange(rows * (width + 2)).view(rows, width + 2)[:, 1:1 + width]  # strided, as a chunk
+        target = torch.full((rows, width), -1)
+        for src, dst in _pieces(source, target, room):
+            assert src.numel() <= room and src.shape == dst.shape
+            dst.copy_(src)
+        assert torch.equal(target, source), (rows, width, room)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_16_bit_reduction_through_small_lanes_is_bitwise_the_same(dtype: torch.dtype) -> None:
+    """The 16-bit reduce reference accumulates in float32 lanes piece by piece on a worker: element-wise, so
+    bitwise what one float32 temporary gave."""
+    from pccl_torch import workspace
+    from pccl_torch.ops import ReduceOp
+    from pccl_torch.triton_kernels.reduce import reduce_reference
+
+    g = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(1000, generator=g).to(dtype) for _ in range(3)]
+    expected = reduce_reference(torch.empty_like(inputs[0]), inputs, ReduceOp.SUM, scale=0.3)
+    space = workspace.Workspace(workspace.Need((), 256), torch.device("cpu"))  # 64 float32 a piece
+    with workspace.serving(space):
+        got = reduce_reference(torch.empty_like(inputs[0]), inputs, ReduceOp.SUM, scale=0.3)
+    assert torch.equal(got.view(torch.int16), expected.view(torch.int16))
+
+
 def _done(value: object) -> concurrent.futures.Future:
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result(value)
@@ -365,4 +652,169 @@ def test_gpu_capture_refuses_host_driven_and_captures_device_calls(device) -> No
     graph.replay()
     torch.cuda.synchronize(device)
     assert float(x[0]) == 2.0, x[:4]
+    queue.shutdown()
+
+
+class _Self(Transport):
+    """One rank alone, allocation-free: each collective a copy (what MPI and NCCL do at one rank), so that what a
+    worker allocates on the GPU is pccl's own. ``host``: a level that needs host memory, as MPI, which cannot
+    reduce 16-bit floats."""
+
+    name = "self"
+
+    def __init__(self, host: bool = False) -> None:
+        self._rank, self._size, self.host_memory_only = 0, 1, host
+
+    def reduces(self, dtype: torch.dtype) -> bool:
+        return not (self.host_memory_only and dtype in (torch.float16, torch.bfloat16))
+
+    def send(self, tensor, dest):
+        raise AssertionError("one rank sends nothing")
+
+    recv = sendrecv = send
+
+    def native_all_gather(self, out, inp):
+        out.copy_(inp)
+
+    def native_reduce_scatter(self, out, inp, op):
+        out.copy_(inp)
+
+    def native_all_reduce(self, tensor, op):
+        pass
+
+    def native_all_to_all(self, out, inp, send_counts, recv_counts):
+        out.copy_(inp)
+
+    def start_all_gather(self, out, inp):
+        self.native_all_gather(out, inp)
+
+    def start_reduce_scatter(self, out, inp, op):
+        self.native_reduce_scatter(out, inp, op)
+
+    def start_all_reduce(self, tensor, op):
+        pass
+
+    def wait(self, request, what):
+        pass
+
+
+def _alone(device: torch.device, host_inter: bool = False) -> SimpleNamespace:
+    """The levels of a communicator of one rank on ``device`` (a call's body reads these)."""
+    world, inter, intra = _Self(), _Self(host_inter), _Self()
+    return SimpleNamespace(world=world, vendor=world, inter=inter, intra_level=lambda library: intra,
+                           topology=SimpleNamespace(rank=0, world_size=1), device=device, check=False)
+
+
+def _gpu_calls(device: torch.device):
+    """(label, worker part, its need, check) of host-driven calls whose schedules take temporaries: the
+    hierarchical phases and inter-node schedules, PREMUL_SUM's pre-scale copy, AVG's 16-bit division (lanes),
+    the pipelined plan's float32 staging (lanes) and the MPI transport's staged chunks of strided 16-bit rows
+    (lanes, piece by piece)."""
+    from pccl_torch import calls, workspace
+    from pccl_torch.ops import ReduceOp, Reduction
+    from pccl_torch.plan import resolve
+
+    avg = Reduction(ReduceOp.AVG, ReduceOp.SUM, divide_by_world=True)
+    premul = Reduction(ReduceOp.PREMUL_SUM, ReduceOp.SUM, pre_scale=0.5)
+    x = torch.arange(1001, device=device).to(torch.bfloat16)
+    found = []
+    for name, host in (("hier:ring", False), ("rabenseifner", False), ("hier:pipelined", True)):
+        levels, buf = _alone(device, host), x.clone()
+        body = calls.all_reduce_body(levels, resolve("all_reduce", name), avg, buf.dtype, buf.numel() * 2, False)
+        found.append((f"all_reduce {name}", functools.partial(body, buf, None),
+                      calls.workspace_need(levels, resolve("all_reduce", name), body, buf.numel() * 2, buf.dtype),
+                      functools.partial(torch.equal, buf, x)))
+    levels, out, inp = _alone(device), torch.empty(1000, device=device), torch.randn(1000, device=device)
+    plan = resolve("all_gather", "hier:bruck")
+    body = calls.all_gather_body(levels, plan, 4000, False)
+    found.append(("all_gather hier:bruck", functools.partial(body, out, inp),
+                  calls.workspace_need(levels, plan, body, 4000, out.dtype), functools.partial(torch.equal, out, inp)))
+    plan = resolve("reduce_scatter", "hier:recursive_halving")
+    out = torch.empty(1001, dtype=torch.bfloat16, device=device)
+    body = calls.reduce_scatter_body(levels, plan, premul, out.dtype, 2002, False)
+    found.append(("reduce_scatter hier:recursive_halving", functools.partial(body, out, x),
+                  calls.workspace_need(levels, plan, body, 2002, out.dtype),
+                  lambda: torch.equal(out, (x.float() * 0.5).to(torch.bfloat16))))
+    mpi = pytest.importorskip("pccl_torch.transport.mpi")
+    transport = mpi.MPITransport(mpi.MPI.COMM_SELF)
+    transport.staging.chunk_bytes = 64  # chunks of a few columns of every row: strided views, as at scale
+    rows, back = x[:999].view(3, 333), torch.empty(3, 333, dtype=torch.bfloat16, device=device)
+    found.append(("MPI staging of strided 16-bit rows as float32",
+                  lambda: transport._staged(rows, back, (3, 3), torch.float32, lambda o, i: o.copy_(i)),
+                  workspace.Need((), 256), lambda: torch.equal(back, rows)))
+    return found
+
+
+def _device_allocations(device: torch.device) -> int:
+    return torch.cuda.memory_stats(device)["allocation.all.allocated"]
+
+
+@needs_gpu
+def test_gpu_host_driven_calls_allocate_nothing_on_the_worker(device) -> None:
+    """Item 5: a worker running host-driven calls' parts (behind their gates) makes no allocation of the caching
+    allocator: every temporary is in the workspace its issuing thread reserved. Fails before: ``Queue.issue`` took
+    no ``need`` and the schedules' ``torch.empty`` / ``empty_like`` / ``clone`` / ``.to`` ran on the worker
+    (``assert made == [0]``)."""
+    queue = Queue("test", device=device)
+    for label, run, need, check in _gpu_calls(device):
+        made: list[int] = []
+
+        def part(run=run, made=made) -> None:
+            before = _device_allocations(device)
+            run()
+            made.append(_device_allocations(device) - before)
+
+        future, end, gated = queue.issue(part, host_driven=True, need=need)
+        concurrent.futures.wait([future])
+        assert future.exception() is None, (label, future.exception())
+        end.synchronize()
+        assert made == [0], f"{label}: {made} allocations on the worker behind its gate"
+        assert check(), label
+    queue.shutdown()
+
+
+@needs_gpu
+def test_gpu_memory_pressure_with_a_closed_gate_never_hangs(device, hang_guard) -> None:
+    """Item 5 (finding 6): the caller frees a buffer an earlier call marked on the order stream while a host-driven
+    call's gate is closed, then allocates under a memory cap: the caching allocator's retry waits, holding its
+    lock, for that free event behind the gate. The worker must finish the call without the allocator (its
+    temporaries reserved at issue, nothing freed) and open the gate. Fails before (a hang, ended by the guard with
+    every stack): the worker's ``torch.empty`` waited for the lock held by the retry that waited for its gate."""
+    from pccl_torch import calls
+    from pccl_torch.ops import ReduceOp, Reduction
+    from pccl_torch.plan import resolve
+
+    queue = Queue("test", device=device)
+    levels, x = _alone(device), torch.arange(1 << 20, device=device).to(torch.bfloat16)  # 2 MiB
+    plan = resolve("all_reduce", "hier:ring")
+    body = calls.all_reduce_body(levels, plan, Reduction(ReduceOp.AVG, ReduceOp.SUM, divide_by_world=True),
+                                 x.dtype, x.numel() * 2, False)
+    need = calls.workspace_need(levels, plan, body, x.numel() * 2, x.dtype)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # no free cached block the allocation below could take instead
+    y = torch.empty(64 << 20, dtype=torch.uint8, device=device)
+    future, end, gated = queue.issue(lambda: y.fill_(1), host_driven=True, tensors=(y,))
+    concurrent.futures.wait([future])
+    end.synchronize()
+    started = threading.Event()
+
+    def part() -> None:
+        started.set()
+        time.sleep(0.5)  # the gate stays closed while the caller frees y and allocates under the cap
+        body(x, None)
+
+    future, end, gated = queue.issue(part, host_driven=True, tensors=(x,), need=need)
+    assert gated and started.wait(10)
+    del y  # its free event on the order stream, behind the closed gate
+    total = torch.cuda.get_device_properties(device).total_memory
+    try:
+        cap = torch.cuda.memory_reserved(device) + (1 << 20)  # no room for 64 MiB more but y's, once freed
+        torch.cuda.set_per_process_memory_fraction(cap / total, device)
+        z = torch.empty(64 << 20, dtype=torch.uint8, device=device)  # the retry: waits for y's event, the gate
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+    concurrent.futures.wait([future])
+    assert future.exception() is None, future.exception()
+    Work(future, "all_reduce", "hier:ring", end=end, gated=gated, output=x, queue=queue).wait()
+    assert torch.equal(x, torch.arange(1 << 20, device=device).to(torch.bfloat16)) and z.numel() == 64 << 20
     queue.shutdown()
