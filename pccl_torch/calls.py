@@ -140,12 +140,15 @@ class BoundCall:
             slot.created = slot.started = start
             slot.completed = 0.0
             if self.phased:
-                slot.phase = None
+                slot.phase = slot.level = None
                 flight_recorder.running.slot = slot
         try:
             self.body(a, b)
         except Exception as exc:
             raise self._failed(exc, sequence)
+        finally:
+            if self.phased:  # a later flat call on this thread must not mark this call's waits
+                flight_recorder.running.slot = None
         end = perf_counter()
         if recorder is not None:
             slot.completed = end
@@ -208,6 +211,9 @@ class BoundCall:
             result = self.body(a, b)
         except Exception as exc:
             raise self._failed(exc, sequence)
+        finally:
+            if self.phased:
+                flight_recorder.running.slot = None
         end = perf_counter()
         if slot is not None:
             slot.completed = end

@@ -6,8 +6,9 @@ are ``/tmp/nccl_trace_rank_<rank>``): a pickle of the dictionary torch's ``Fligh
 in the launch's numbering), ``pg_status`` (last enqueued, started and completed call of each) and ``entries``, one a
 recorded call with torch's fields. torch's analyzer accepts only the backends it knows in ``profiling_name``, so
 pccl's calls are named as NCCL's (``nccl:all_reduce``); ``backend`` says ``pccl``, and each entry's ``pccl`` field
-carries what torch's lack: the plan, the bytes, the phase reached (level, chunk step), the error and the peers a
-failed call waited for (``pccl-trace`` reads those).
+carries what torch's lack: the plan, the bytes, the phase reached (level, chunk step), the error, and the peers
+the call was waiting for (a failed call's, else those of the wait it was in when dumped), in the launch's rank
+numbering (``pccl-trace`` reads those).
 
 When a dump is written: on a pccl timeout or any failure that breaks a communicator (``Communicator.mark_broken``),
 when the watchdog aborts the job, when the launcher reports a failed process (``failure_notice``: MPICH's
@@ -84,6 +85,11 @@ def _frames(stack: list[Any] | None) -> list[dict[str, Any]]:
     return [{"name": f.name, "filename": f.filename, "line": f.lineno} for f in reversed(stack or [])]
 
 
+def _launch_rank(recorder: flight_recorder.Recorder, rank: int) -> int:
+    """Communicator rank ``rank`` in the launch's numbering (the dump files' and ``pg_config``'s)."""
+    return recorder.world_ranks[rank] if 0 <= rank < len(recorder.world_ranks) else rank
+
+
 def entry(recorder: flight_recorder.Recorder, record: flight_recorder.Record) -> dict[str, Any]:
     """One recorded call as torch's recorder writes an entry, plus pccl's own fields under ``pccl``."""
     call = record.call
@@ -93,6 +99,7 @@ def entry(recorder: flight_recorder.Recorder, record: flight_recorder.Record) ->
     failure = recorder.failures.get(record.seq)
     phase = record.phase if call.plan.hierarchical else None  # a slot reused by a flat call keeps a stale one
     level = next((name for name in ("inter", "intra") if phase and name in phase), None)
+    peers = failure.peers if failure else record.waiting
     return {
         "record_id": record.seq,
         "pg_id": int(recorder.name),
@@ -123,7 +130,7 @@ def entry(recorder: flight_recorder.Recorder, record: flight_recorder.Record) ->
             "level": level,
             "step": record.step if phase else -1,
             "error": failure.message if failure else None,
-            "peers": list(failure.peers) if failure else [],
+            "peers": [_launch_rank(recorder, peer) for peer in peers],
         },
     }
 

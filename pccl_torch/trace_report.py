@@ -2,10 +2,11 @@
 where, and which calls do not match.
 
 For each communicator (process group) of the dumps: per rank the last completed call and the first incomplete one
-(collective, sequence number, state, the phase and level reached, the peers a failed call waited for); the ranks
-behind (whose latest call is older than the group's latest), and the calls whose collective, algorithm, dtype or
-sizes differ between ranks at one sequence number. ``--json`` prints the same as one JSON object. torch's own
-analyzer reads the same files: ``torchfrtrace <dir>`` (``python -m torch.distributed.flight_recorder.fr_trace``).
+(collective, sequence number, state, the phase and level reached, the peers it was waiting for); the ranks behind
+(whose latest call is older than the group's latest), the ranks waiting for a rank that left no dump (a killed
+process), and the calls whose collective, algorithm, dtype or sizes differ between ranks at one sequence number.
+``--json`` prints the same as one JSON object. torch's own analyzer reads the same files: ``torchfrtrace <dir>``
+(``python -m torch.distributed.flight_recorder.fr_trace``).
 """
 
 from __future__ import annotations
@@ -109,9 +110,12 @@ def analyse(dumps: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 if found is not None:
                     missed = _where(found)._asdict()
                     break
+        no_dump = sorted(expected - set(by_rank))
+        waiting_on_no_dump = {rank: found for rank, info in ranks.items() if info["first_incomplete"]
+                              and (found := sorted(set(info["first_incomplete"]["peers"]) & set(no_dump)))}
         report["groups"][name] = {
-            "ranks": sorted(expected), "no_dump": sorted(expected - set(by_rank)), "per_rank": ranks,
-            "behind": behind, "call_not_joined": missed, "mismatches": _mismatches(by_rank),
+            "ranks": sorted(expected), "no_dump": no_dump, "per_rank": ranks, "behind": behind,
+            "call_not_joined": missed, "waiting_on_no_dump": waiting_on_no_dump, "mismatches": _mismatches(by_rank),
         }
     return report
 
@@ -159,12 +163,18 @@ def render(report: dict[str, Any]) -> str:
             call = f" ({missed['collective']} #{missed['seq']}, {missed['algorithm']})" if missed else ""
             lines.append(f"  BEHIND: rank {rank} never started call #{info['latest_seq'] + 1}{call}; "
                          f"its last call was #{info['latest_seq']}")
+        for rank, peers in group["waiting_on_no_dump"].items():
+            where = group["per_rank"][rank]["first_incomplete"]
+            phase = f", phase {where['phase']}" if where["phase"] else ""
+            lines.append(f"  WAITING: rank {rank} waits for rank(s) {peers}, which left no dump (killed or dead), "
+                         f"in {where['collective']} #{where['seq']}{phase}")
         for mismatch in group["mismatches"]:
             for rank, call in mismatch["odd_ranks"].items():
                 lines.append(f"  MISMATCH at #{mismatch['seq']}: rank {rank} called {call}; the others called "
                              f"{mismatch['expected']}")
         if not group["behind"] and not group["mismatches"]:
-            lines.append("  every rank reached the same call and the calls match")
+            lines.append(f"  every rank{' that dumped' if group['no_dump'] else ''} reached the same call and the "
+                         "calls match")
     return "\n".join(lines)
 
 

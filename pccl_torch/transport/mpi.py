@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from mpi4py import MPI
 
-from pccl_torch import failure_notice, hotpath, watchdog
+from pccl_torch import failure_notice, flight_recorder, hotpath, watchdog
 from pccl_torch.cuda_streams import host_wait
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
@@ -76,6 +76,8 @@ _WAITS_FOR_PEERS = frozenset({NATIVE_ALL_TO_ALL, COMPRESSED_ALL_TO_ALL})
 _TYPICAL_RISE = 1.1
 _NAP_S = 0.0002
 _POLLS_PER_CHECK = 16
+_WHOLE_GROUP = (None,)
+"""The peers of a wait on a native collective, as the flight recorder notes them: every other rank of the group."""
 
 
 BoundNative = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
@@ -396,7 +398,9 @@ class MPITransport(Transport):
         """``call(*args)``, a blocking MPI collective, watched by the watchdog for the transport's timeout;
         a failure a fault-tolerant MPI reports becomes ``Stalled`` as in the polled path."""
         watch = self._watch(what)
+        waiting = flight_recorder.waiting_on(self, _WHOLE_GROUP)
         _call_watched(watch, self._failure_of(what), call, *args)
+        flight_recorder.waited(waiting)
 
     # Bound native collectives: for the call-shape cache (``pccl_torch.calls``), MPI's own collective on host
     # tensors of one size and dtype as a single callable ``run(a, b) -> a`` (``a`` the buffer or output, ``b`` the
@@ -726,8 +730,10 @@ class MPITransport(Transport):
         start = time.monotonic() - spun
         key = (what, nbytes.bit_length())
         try:
-            if not test():
+            if not test():  # a real wait: the running call's flight-recorder slot names who it is waiting for
+                waiting = flight_recorder.waiting_on(self, peers)
                 self._poll(test, requests, peers, what, start, self._spin_for(key))
+                flight_recorder.waited(waiting)
         except MPI.Exception as exc:  # a fault-tolerant MPI (ULFM) reports the failure instead of hanging
             raise self._process_failure(exc.Get_error_class(), peers, what, time.monotonic() - start) from exc
         self._learn(key, time.monotonic() - start)

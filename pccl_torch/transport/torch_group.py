@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from pccl_torch import flight_recorder
 from pccl_torch.errors import Stalled
 from pccl_torch.ops import ReduceOp
 from pccl_torch.transport.base import Transport, check_split_counts
@@ -109,8 +110,10 @@ class TorchGroupTransport(Transport):
     def _wait(self, works: list[dist.Work], peers: Sequence[int], what: str) -> None:
         """Wait for ``works`` within the timeout; a gloo/NCCL failure or timeout becomes ``Stalled``. NCCL's works
         are waited as ProcessGroupNCCL means them: the current stream waits, the host goes on (NCCL's own watchdog
-        bounds them by the group's timeout)."""
+        bounds them by the group's timeout). A host wait marks the running call's flight-recorder slot with who it
+        waits for."""
         start = time.monotonic()
+        waiting = flight_recorder.waiting_on(self, peers) if self.host_capable else None
         for work in works:
             try:
                 if self.host_capable:
@@ -120,6 +123,7 @@ class TorchGroupTransport(Transport):
             except RuntimeError as exc:
                 raise Stalled(self.communicator_ranks(peers), time.monotonic() - start,
                               f"{what} over {self.name}: {str(exc).splitlines()[0]}") from exc
+        flight_recorder.waited(waiting)
 
     def close(self) -> None:
         """Let go of the group: an owned one is destroyed where torch registered it, else (a private group over a

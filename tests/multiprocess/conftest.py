@@ -7,11 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from pccl_torch.testbed import TestbedConfig, TestbedError, check_tools, down, net
 
 from .rank_result import RESULT_DIR_ENV
 
@@ -162,3 +165,26 @@ def torchrun_ranks(script: str, ranks: int, *args: str, result_dir: Path, same: 
     process = torchrun(script, ranks, *args, env=env, **options)
     return collect_ranks(process, ranks, result_dir, same=same, expected_exit=expected_exit,
                          what=f"torchrun {script} {' '.join(args)}"[:200])
+
+
+@contextmanager
+def bring_up_testbed(config: TestbedConfig) -> Iterator[TestbedConfig]:
+    """Build testbed ``config`` (``pccl-testbed``) for the block and always remove it after, whatever the block did.
+    Skips the test only where network namespaces cannot be made (not root, no iproute2, or a kernel or sandbox that
+    refuses them). Give each test module its own ``config.prefix``: a testbed someone brought up by hand under
+    another prefix is left alone."""
+    try:
+        check_tools()
+    except TestbedError as exc:
+        pytest.skip(f"network namespaces cannot be created here: {exc}")
+    try:
+        net.up(config)
+    except TestbedError as exc:
+        down(config.prefix)
+        if "Operation not permitted" in str(exc) or "Permission denied" in str(exc):
+            pytest.skip(f"network namespaces cannot be created here: {exc}")
+        raise
+    try:
+        yield config
+    finally:
+        down(config.prefix)

@@ -19,7 +19,7 @@ from pccl_torch.testbed import (TestbedConfig, TestbedError, check_tools, down, 
                                 torchrun_commands)
 from pccl_torch.testbed import net, sockets
 
-from .conftest import HERE, ROOT, collect_ranks
+from .conftest import HERE, ROOT, bring_up_testbed, collect_ranks
 from .rank_result import RESULT_DIR_ENV
 
 PREFIX = "pccltest"  # not the default prefix: a testbed someone brought up by hand is left alone
@@ -29,22 +29,8 @@ RATE_MBIT = 200
 @pytest.fixture(scope="module")
 def testbed() -> Iterator[TestbedConfig]:
     """Builds the testbed, and always removes it, whatever the test did."""
-    try:
-        check_tools()
-    except TestbedError as exc:
-        pytest.skip(f"network namespaces cannot be created here: {exc}")
-    config = TestbedConfig(nodes=2, rate=f"{RATE_MBIT}mbit", prefix=PREFIX)
-    try:
-        net.up(config)
-    except TestbedError as exc:
-        down(PREFIX)
-        if "Operation not permitted" in str(exc) or "Permission denied" in str(exc):
-            pytest.skip(f"network namespaces cannot be created here: {exc}")
-        raise
-    try:
+    with bring_up_testbed(TestbedConfig(nodes=2, rate=f"{RATE_MBIT}mbit", prefix=PREFIX)) as config:
         yield config
-    finally:
-        down(PREFIX)
 
 
 @pytest.mark.multiprocess

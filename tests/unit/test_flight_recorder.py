@@ -104,3 +104,56 @@ def test_report_names_the_rank_behind_and_the_peer_waited_for(tmp_path) -> None:
 
 def test_report_refuses_a_folder_without_dumps(tmp_path) -> None:
     assert trace_report.main([str(tmp_path)]) == 2
+
+
+class _Level:
+    """A stand-in transport of 2 ranks whose transport rank 1 is communicator rank ``other``."""
+
+    def __init__(self, other: int) -> None:
+        self.other = other
+
+    def others(self) -> list[int]:
+        return [1]
+
+    def communicator_ranks(self, peers: list[int]) -> list[int]:
+        return [self.other if p == 1 else 0 for p in peers]
+
+
+def test_a_wait_names_its_peers_in_the_launch_s_numbering_until_it_ends() -> None:
+    """A transport's wait marks the running call's slot (``waiting_on``): a dump taken meanwhile names the peers,
+    as the group's launch ranks, before any failure says so; once the wait is over (``waited``) it names none."""
+    recorder = flight_recorder.Recorder(8, 0, [0, 5, 6, 7], timeout_s=3.0)
+    slot = recorder.begin(1, _call(world=4), 1.0, started=True)
+    flight_recorder.running.slot = slot
+    try:
+        flight_recorder.mark_phase("pccl:inter:all_gather")
+        waiting = flight_recorder.waiting_on(_Level(other=2), (None,))  # a native collective: every other rank
+        assert trace_dump.entry(recorder, recorder.records()[0])["pccl"]["peers"] == [6]
+        flight_recorder.waited(waiting)
+        assert trace_dump.entry(recorder, recorder.records()[0])["pccl"]["peers"] == []
+        flight_recorder.waiting_on(_Level(other=1), [1, 1])  # a sendrecv with one neighbour both ways
+    finally:
+        flight_recorder.running.slot = None
+    assert flight_recorder.waiting_on(_Level(other=1), [1]) is None  # no call running: nothing to mark
+    assert trace_dump.entry(recorder, recorder.records()[0])["pccl"]["peers"] == [5]
+    recorder.failed(1, "timed out", (3,))  # a failure's own peers come first
+    assert trace_dump.entry(recorder, recorder.records()[0])["pccl"]["peers"] == [7]
+    slot.completed = 2.0
+    del recorder.failures[1]
+    assert trace_dump.entry(recorder, recorder.records()[0])["pccl"]["peers"] == []  # a completed call waits for no one
+
+
+def test_report_names_a_rank_waiting_for_one_that_left_no_dump(tmp_path) -> None:
+    """A killed rank leaves no dump: the survivor waiting for it is named, with the rank it waits for."""
+    recorder = _recorder(0)
+    recorder.begin(1, _call(), 1.0, started=True).completed = 1.5
+    slot = recorder.begin(2, _call(), 2.0, started=True)
+    slot.phase = "pccl:inter:all_reduce"
+    slot.peers, slot.level = (None,), _Level(other=1)
+    (tmp_path / f"{trace_dump.PREFIX}0").write_bytes(pickle.dumps(trace_dump.snapshot("test", [recorder])))
+    report = trace_report.analyse(trace_report.load(tmp_path))
+    assert report["groups"]["0"]["no_dump"] == [1] and report["groups"]["0"]["waiting_on_no_dump"] == {0: [1]}
+    text = trace_report.render(report)
+    assert ("WAITING: rank 0 waits for rank(s) [1], which left no dump (killed or dead), in all_reduce #2, phase "
+            "pccl:inter:all_reduce") in text
+    assert "every rank that dumped reached the same call" in text
