@@ -130,10 +130,20 @@ def _total(terms: Iterable[Terms]) -> Terms:
 
 # ---- where a step runs --------------------------------------------------------------------------------
 
+WIRE_LATENCIES_PER_STEP = 2.0
+"""One-way wire latencies (``link_latency``) a message step between nodes pays: a round trip. Measured on the
+testbed at RTT 20 ms (2026-12-07, mpi4py in two namespaces): MPICH over libfabric's tcp provider (``ch4:ofi``,
+``FI_PROVIDER=tcp``) completes a blocking send of 1 KiB or more when the receiver acknowledges it (20.6 ms; 8 bytes,
+injected: 0.1 ms), so each exchange step of a schedule took 20.5-22.4 ms, not 10; gloo's ring steps the same (its
+8-rank all-gather of 64 KiB: 7 steps, 147 ms). Priced at one latency a step, every small call was predicted at half
+its time."""
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """The parameters one message step is priced with; ``share`` ranks contend for each NIC; ``wire``: the step
-    crosses nodes and pays the wire's own latency (``link_latency``) besides its library's ``alpha``."""
+    crosses nodes and pays the wire's own latency (``link_latency``, :data:`WIRE_LATENCIES_PER_STEP` times)
+    besides its library's ``alpha``."""
 
     alpha: str
     beta: str
@@ -142,7 +152,7 @@ class Link:
 
     def step(self, nbytes: float) -> Terms:
         if self.wire:
-            return Terms({self.alpha: 1.0, "link_latency": 1.0, self.beta: nbytes * self.share})
+            return Terms({self.alpha: 1.0, "link_latency": WIRE_LATENCIES_PER_STEP, self.beta: nbytes * self.share})
         return Terms({self.alpha: 1.0, self.beta: nbytes * self.share})
 
 
@@ -379,11 +389,30 @@ MPI_A2A_VECTOR = True
 MPICH never runs as Bruck; were it to call ``MPI_Alltoall`` for equal blocks, Bruck's rule would apply."""
 
 
+MPICH_A2A_SCATTERED_MAX_BLOCK = 32 * 1024
+"""Largest block for which MPICH's ``MPI_Alltoall`` posts every message at once (scattered); pairwise above."""
+
+
 def mpich_all_to_all(block_bytes: float, p: int, *, vector: bool = MPI_A2A_VECTOR) -> str:
-    """The schedule MPICH runs for an all-to-all of blocks of ``block_bytes`` on ``p`` ranks, as priced here:
-    ``bruck`` (``MPI_Alltoall`` only), or ``pairwise`` for both its ``scattered`` (every message posted at once)
-    and its ``pairwise``: p-1 messages of one block either way."""
-    return "bruck" if not vector and p >= 8 and block_bytes <= MPICH_A2A_BRUCK_MAX_BLOCK else "pairwise"
+    """The schedule MPICH runs for an all-to-all of blocks of ``block_bytes`` on ``p`` ranks: ``bruck``
+    (``MPI_Alltoall`` only), ``scattered`` (every message posted at once; ``MPI_Alltoallv`` always) or
+    ``pairwise`` (p-1 exchanges in turn)."""
+    if vector:
+        return "scattered"
+    if p >= 8 and block_bytes <= MPICH_A2A_BRUCK_MAX_BLOCK:
+        return "bruck"
+    return "scattered" if block_bytes <= MPICH_A2A_SCATTERED_MAX_BLOCK else "pairwise"
+
+
+def a2a_scattered(net: Net, n: float) -> Terms:
+    """All-to-all with every message posted at once (MPICH's scattered, gloo's and NCCL's grouped sends): each
+    block's bytes and each message's cost as pairwise, the wire's latency once, since the messages are in flight
+    together (RTT 20 ms, 4 x 2 testbed: 64 KiB in 22-24 ms over MPICH's ``MPI_Alltoallv`` and gloo, one round
+    trip, where 7 steps in turn would take 7)."""
+    pairwise = a2a_pairwise(net, n)
+    if not pairwise["link_latency"]:
+        return pairwise
+    return Terms({**pairwise.coef, "link_latency": WIRE_LATENCIES_PER_STEP})
 
 
 FAMILY: dict[Collective, dict[str, Formula]] = {
@@ -409,7 +438,7 @@ def vendor_ar_ring(net: Net, n: float) -> Terms:
 
 
 VENDOR: dict[Collective, Formula] = {"all_gather": ag_ring, "reduce_scatter": vendor_rs_ring,
-                                     "all_reduce": vendor_ar_ring, "all_to_all": a2a_pairwise}  # type: ignore[dict-item]
+                                     "all_reduce": vendor_ar_ring, "all_to_all": a2a_scattered}  # type: ignore[dict-item]
 """What NCCL/RCCL (and gloo) run: rings (for all-reduce too, although NCCL also has trees), their reductions
 overlapped with the transfers; for all-to-all, every send and receive of the rank posted at once, priced as the
 pairwise steps on the vendor library's links."""
@@ -428,7 +457,8 @@ def vendor_tree_all_reduce(nodes: int, local_size: int, n: float) -> Terms:
     sizes across many nodes): :func:`predict` takes the faster of the two on ``cuda`` machines. Not in the
     linear :func:`terms` (a minimum of two costs is not linear in the parameters)."""
     steps = 2.0 * (nodes.bit_length() - 1)  # across nodes: each pays the wire's latency too
-    return Terms({"alpha_vendor_intra": 2.0 * (local_size - 1), "alpha_vendor_step": steps, "link_latency": steps,
+    return Terms({"alpha_vendor_intra": 2.0 * (local_size - 1), "alpha_vendor_step": steps,
+                  "link_latency": WIRE_LATENCIES_PER_STEP * steps,
                   "beta_vendor_inter": 2.0 * n / NCCL_TREE_BUS_EFFICIENCY})
 
 
@@ -437,8 +467,8 @@ def _mpi_native(collective: Collective, net: Net, n: float) -> Terms:
     :func:`mpich_all_to_all` for all-to-all) priced with ``alpha_mpi_native`` per step and the MPI point-to-point
     bandwidths."""
     if collective == "all_to_all":
-        formula = a2a_bruck if mpich_all_to_all(n / net.p, net.p) == "bruck" else a2a_pairwise
-        return formula(net.native(), n)
+        formula = {"bruck": a2a_bruck, "scattered": a2a_scattered, "pairwise": a2a_pairwise}
+        return formula[mpich_all_to_all(n / net.p, net.p)](net.native(), n)
     if collective == "all_reduce" and n >= SMALL_ALL_REDUCE:  # MPICH's choice from 2 KiB, whatever p
         nodes = net.p // net.local
         if nodes > 1 and net.local > 1:
