@@ -94,13 +94,17 @@ NETWORK_RING_FROM = 64 * 1024
 # (4 nodes x 2 ranks, 1 Gbit/s, RTT 20 ms; pccl-bench, 2026-12-07, docs/benchmarks.md "Selection under latency"):
 # hier:recursive_doubling all-reduce 49-128 ms at 64 KiB-4 MiB against 88-205 ms for MPICH's flat all-reduce and
 # the pipelined plan; hier:bruck all-gather 54 ms and hier:recursive_halving reduce-scatter 58 ms at 1 MiB against
-# 71-78 ms for hier:mpi. At RTT 1 ms (0.7 ms measured one way) the same plans lost to flat MPI at 16-256 KiB
-# (0.65-0.88x for the all-reduce), so the rule starts between the two; nothing between was measured.
+# 71-78 ms for hier:mpi; at 256 KiB, where MPICH's all-gather and reduce-scatter still run their lg p schedules,
+# hier:bruck / hier:recursive_halving took 48.9 / 47.3 ms against MPICH's 45.2 / 43.9 ms, so those two stay flat
+# there. At RTT 1 ms (0.7 ms measured one way) the same plans lost to flat MPI at 16-256 KiB (0.65-0.88x for the
+# all-reduce), so the rule starts between the two; nothing between was measured.
 LATENCY_REGIME_S = 2e-3
 LATENCY_BOUND_SPAN = 2.0
 LATENCY_OPTIMAL = {"all_gather": "bruck", "reduce_scatter": "recursive_halving", "all_reduce": "recursive_doubling"}
 """The inter-node schedule of a latency-bound call: ceil(lg N) steps between N nodes (folding when N is not a power
 of two), against N-1 for the ring and the pipelined plan's steps in every chunk."""
+LG_P_SCHEDULES = frozenset({"bruck", "recursive_doubling", "recursive_halving"})
+"""MPI's flat schedules of ceil(lg p) steps (MPICH's for small all-gathers and reduce-scatters)."""
 
 
 def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
@@ -126,8 +130,11 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":
         hier_from = min(hier_from, int(inter_bytes_per_s * NETWORK_HIER_LINK_SECONDS))
-    if latency_bound(nbytes, local_size, inter_bytes_per_s, inter_latency_s) and (
-            collective == "all_reduce" or nbytes >= hier_from):
+    if latency_bound(nbytes, local_size, inter_bytes_per_s, inter_latency_s):
+        # All-gather and reduce-scatter stay MPI's own where it runs a lg p schedule (flat_choice): it crosses
+        # nodes as few times as the hierarchy, which only adds its phases inside the nodes.
+        if collective != "all_reduce" and flat_choice(collective, nbytes, nodes * local_size) in LG_P_SCHEDULES:
+            return "mpi"
         return HIER_PREFIX + LATENCY_OPTIMAL[collective]
     if nbytes < (NETWORK_RING_FROM if uneven else hier_from):
         return "mpi"
