@@ -103,6 +103,14 @@ LATENCY_BOUND_SPAN = 2.0
 LATENCY_OPTIMAL = {"all_gather": "bruck", "reduce_scatter": "recursive_halving", "all_reduce": "recursive_doubling"}
 """The inter-node schedule of a latency-bound call: ceil(lg N) steps between N nodes (folding when N is not a power
 of two), against N-1 for the ring and the pipelined plan's steps in every chunk."""
+MPI_A2A_SCATTERED_MAX_BLOCK = 32 * 1024
+"""Largest block (bytes per destination) for which MPICH's ``MPI_Alltoall`` posts every message at once (its
+scattered schedule; Bruck for the smallest on 8 ranks or more); above, pairwise: p-1 exchanges in turn."""
+LATENCY_ALL_TO_ALL = "vendor"
+"""An all-to-all across a link in the latency regime whose blocks MPI would exchange in turn: the vendor library's
+(gloo on CPUs posts every message at once). 4 x 2 at RTT 20 ms: gloo 36 / 83 / 258 ms at 1 / 4 / 16 MiB against
+MPICH's 130-135 / 164-216 / 394-704 ms (pairwise: a round trip a step) and pccl's two-level hier:mpi 74 / 123 /
+331 ms; at 64-256 KiB (blocks of 8-32 KiB, posted at once) MPICH 22.7-24.3 ms, gloo 25.3-25.5 ms."""
 LG_P_SCHEDULES = frozenset({"bruck", "recursive_doubling", "recursive_halving"})
 """MPI's flat schedules of ceil(lg p) steps (MPICH's for small all-gathers and reduce-scatters)."""
 
@@ -123,9 +131,12 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     :data:`NETWORK_RING_FROM`. ``inter_bytes_per_s``: the inter-node link's measured bandwidth, which moves the
     all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`);
     ``inter_latency_s``: its measured one-way latency, which sends latency-bound calls (:func:`latency_bound`)
-    to the hierarchy with the fewest steps between nodes (:data:`LATENCY_OPTIMAL`)."""
+    to the hierarchy with the fewest steps between nodes (:data:`LATENCY_OPTIMAL`), and all-to-alls of large
+    blocks to the vendor library (:data:`LATENCY_ALL_TO_ALL`)."""
     if collective == "all_to_all":
-        return NETWORK_ALL_TO_ALL
+        far = inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S
+        steps_in_turn = nbytes / max(nodes * local_size, 1) > MPI_A2A_SCATTERED_MAX_BLOCK
+        return LATENCY_ALL_TO_ALL if far and steps_in_turn else NETWORK_ALL_TO_ALL
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":

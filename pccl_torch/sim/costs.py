@@ -18,9 +18,9 @@ Formulas (Thakur, Rabenseifner and Gropp 2005; p ranks, n bytes of the full buff
   blocks whose index has bit k set, about p/2) plus the rotations in and out (2n copied) and each step's pack
   and unpack. ``mpi`` is MPICH's choice (its built-in selection, MPICH 5.0): ``MPI_Alltoall`` runs Bruck at
   p >= 8 with blocks of at most 256 bytes, else ``scattered`` (every message posted at once, blocks up to
-  32 KiB) or ``pairwise``, both priced as pairwise; pccl's ``mpi`` calls ``MPI_Alltoallv``, always scattered,
-  so it is priced as pairwise (:data:`MPI_A2A_VECTOR`). ``vendor`` (NCCL's grouped sends and receives) is
-  priced as pairwise on the vendor library's links. Hierarchical ``hier:<x>`` (P = N nodes x L): pack (copy
+  32 KiB: priced as pairwise but for the wire's latency, paid once, :func:`a2a_scattered`) or ``pairwise``; pccl's
+  ``mpi`` calls ``MPI_Alltoall`` for equal blocks (:data:`MPI_A2A_VECTOR`). ``vendor`` (gloo's and NCCL's
+  sends and receives, all posted at once) is priced as scattered on the vendor library's links. Hierarchical ``hier:<x>`` (P = N nodes x L): pack (copy
   n), an all-to-all among the node's L ranks on the whole buffer (blocks of n/L: every block for local rank j
   of any node goes to local rank j), regroup (copy n), an all-to-all among the N local-rank peers (blocks of
   n/N: one message per peer node, pairwise or MPI's). Each node sends L (N-1)/N n bytes off-node either way;
@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pccl_torch.algorithms import COLLECTIVES, Collective
-from pccl_torch.selection.heuristic import SMALL_ALL_REDUCE, flat_choice
+from pccl_torch.selection.heuristic import MPI_A2A_SCATTERED_MAX_BLOCK, SMALL_ALL_REDUCE, flat_choice
 from pccl_torch.plan import HIER_PREFIX, PIPELINED, hierarchical_inner, intra_library, valid_names
 from pccl_torch.sim.machine import FIXED_PARAMS, PARAMS, MachineProfile
 
@@ -384,13 +384,9 @@ MPICH_A2A_BRUCK_MAX_BLOCK = 256
 to 32 KiB blocks, else pairwise; otherwise Bruck up to 256 bytes, scattered up to 32 KiB, pairwise above).
 ``MPI_Alltoallv`` always runs scattered."""
 
-MPI_A2A_VECTOR = True
-"""pccl's ``mpi`` all-to-all calls ``MPI_Alltoallv`` (``MPITransport.native_all_to_all``, any split sizes), which
-MPICH never runs as Bruck; were it to call ``MPI_Alltoall`` for equal blocks, Bruck's rule would apply."""
-
-
-MPICH_A2A_SCATTERED_MAX_BLOCK = 32 * 1024
-"""Largest block for which MPICH's ``MPI_Alltoall`` posts every message at once (scattered); pairwise above."""
+MPI_A2A_VECTOR = False
+"""pccl's ``mpi`` all-to-all calls ``MPI_Alltoall`` for equal blocks (MPICH's rule by size applies, as priced here:
+the calls pccl-bench times) and ``MPI_Alltoallv`` for split sizes (always scattered)."""
 
 
 def mpich_all_to_all(block_bytes: float, p: int, *, vector: bool = MPI_A2A_VECTOR) -> str:
@@ -401,7 +397,7 @@ def mpich_all_to_all(block_bytes: float, p: int, *, vector: bool = MPI_A2A_VECTO
         return "scattered"
     if p >= 8 and block_bytes <= MPICH_A2A_BRUCK_MAX_BLOCK:
         return "bruck"
-    return "scattered" if block_bytes <= MPICH_A2A_SCATTERED_MAX_BLOCK else "pairwise"
+    return "scattered" if block_bytes <= MPI_A2A_SCATTERED_MAX_BLOCK else "pairwise"
 
 
 def a2a_scattered(net: Net, n: float) -> Terms:
