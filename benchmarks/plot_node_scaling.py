@@ -51,8 +51,12 @@ def plot(data: dict[tuple[str, int], dict[str, dict[int, float]]], path: str) ->
     import matplotlib.pyplot as plt
 
     keys = sorted(data)
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 4), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    columns = min(len(keys), 3)
+    rows = -(-len(keys) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.6 * columns, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys):
         for label, points in sorted(data[key].items()):
             xs = sorted(points)
             baseline = not label.startswith("pccl")

@@ -73,6 +73,8 @@ class Choice:
                 if not named and comm.topology.networked and comm.topology.is_hierarchical:
                     name = heuristic.compressed_networked_choice(collective, plan.name)
                     plan = plan if name == plan.name else resolve(collective, name)
+                if not named and collective == "all_to_all" and plan.name == heuristic.LATENCY_ALL_TO_ALL:
+                    plan = resolve(collective, heuristic.NETWORK_ALL_TO_ALL)  # compressed: MPI's, as measured
                 # pccl's own choice pipelines from enough chunks
                 plan = plan.compressed(wire, pipeline=named or plan.chunks >= COMPRESSED_MIN_CHUNKS)
                 if collective == "all_to_all" and not plan.hierarchical:  # in pieces where the link is slow
@@ -146,6 +148,13 @@ class Choice:
                     name = None
             name = name or cuda_rule.cuda_networked_choice(collective, nbytes, topo.num_nodes, topo.local_size,
                                                             pipelines)
+        if not name and topo.networked and collective == "all_to_all" and comm.device.type == "cpu":
+            # Flat layouts too (a rank a node): across a link in the latency regime, large blocks go to the library
+            # that posts every message at once (heuristic.LATENCY_ALL_TO_ALL); elsewhere this is MPI's own.
+            inter = self.links.inter
+            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes, inter.bytes_per_s if inter else None,
+                                              inter_latency_s=inter.latency_s if inter else 0.0,
+                                              local_size=topo.local_size)
         if not name and topo.networked and topo.is_hierarchical and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.

@@ -8,7 +8,9 @@ directions at once, as the collectives use a link); everyone else waits. A few m
 
 Results are kept per host set and layout in ``~/.cache/pccl-torch/links.json`` (``XDG_CACHE_HOME``). A cached
 entry is re-checked with one exchange between nodes and measured again when that exchange is more than
-``CHECK_TOLERANCE`` times off: a testbed re-shaped to another rate keeps its host names.
+``CHECK_TOLERANCE`` times off: a testbed re-shaped to another rate keeps its host names. The check lasts several of
+the cached latencies (:func:`bandwidth_bytes`): at RTT 20 ms a 64 KiB exchange took one round trip at 200 Mbit/s
+and at 1 Gbit/s alike, and a 1 Gbit/s testbed kept the 200 Mbit/s entry (2026-12-07).
 """
 from __future__ import annotations
 
@@ -204,8 +206,9 @@ def _cached(comm: Communicator, path: Path | None, key: str) -> Links | None:
     ok = True
     if inter is not None and links.inter is not None:
         _exchange(*inter, LATENCY_BYTES, 2, comm.device)  # connect
-        seconds = min(_exchange(*inter, CHECK_BYTES, 3, comm.device))
-        expected = links.inter.time(CHECK_BYTES)
+        nbytes = bandwidth_bytes(CHECK_BYTES, links.inter.latency_s)  # long enough for the bandwidth to show
+        seconds = min(_exchange(*inter, nbytes, 3, comm.device))
+        expected = links.inter.time(nbytes)
         ok = 1 / CHECK_TOLERANCE <= seconds / expected <= CHECK_TOLERANCE
     return links if comm.control.broadcast_json(ok) else None
 

@@ -67,7 +67,12 @@ def test_links_with_latency_move_the_choice_and_the_chunks() -> None:
     assert far.plan(networked, "all_reduce", None, 64 << 10, torch.float32).name == "hier:recursive_doubling"
     large = far.plan(networked, "all_reduce", None, 16 << 20, torch.float32)
     assert large.name == "hier:pipelined" and large.chunks == 2
+    for flat in (networked, comm(hosts=8, world=8, local=1)):  # all-to-all: gloo posts every message at once
+        assert far.plan(flat, "all_to_all", None, 1 << 20, torch.float32).name == "vendor"
+        assert far.plan(flat, "all_to_all", None, 256 << 10, torch.float32).name == "mpi"
+        assert far.plan(flat, "all_to_all", None, 1 << 20, torch.float32, "int8").name.startswith("mpi+int8")
     near = Choice(overrides={}, links=links.Links(links.Link(2e-5, 3e9), links.Link(0.72e-3, 135e6), "measured"))
+    assert near.plan(networked, "all_to_all", None, 1 << 20, torch.float32).name == "mpi"
     assert near.plan(networked, "all_reduce", None, 16 << 20, torch.float32).chunks == 16
     assert near.plan(networked, "all_reduce", None, 64 << 10, torch.float32).name == "mpi"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from pccl_torch.selection import links
 from pccl_torch.selection.links import Link, Links
@@ -123,3 +124,24 @@ def test_a_profile_leaves_links_slower_to_answer_than_it_was_trained_on_to_the_l
     old = near_only  # a profile written before the range was recorded: trained at no latency
     old.metadata.pop("link_latency_s")
     assert not Selector(old).covers("all_reduce", 1 << 20, topo, 4, far)
+
+
+def test_a_cached_entry_is_rechecked_long_enough_to_see_the_bandwidth(tmp_path, monkeypatch) -> None:
+    """At 10 ms one way a 64 KiB exchange is one round trip at 200 Mbit/s and at 1 Gbit/s alike: the check grows with
+    the cached latency, so a testbed re-shaped from 200 Mbit/s to 1 Gbit/s (same hosts) is measured again."""
+    from types import SimpleNamespace
+
+    from pccl_torch.topology import Topology as Topo
+
+    def wire(bytes_per_s: float):
+        return lambda transport, peer, nbytes, rounds, device=None: [2 * 10e-3 + nbytes / bytes_per_s] * rounds
+
+    control = SimpleNamespace(broadcast_json=lambda value, root=0: value)
+    comm = SimpleNamespace(topology=Topo(0, 4, 2, hosts=2), control=control, inter=object(), intra=object(),
+                           device=torch.device("cpu"))
+    path = tmp_path / "links.json"
+    links._write_cache(path, "key", Links(Link(2e-5, 3e9), Link(10e-3, 24.4e6), "measured"))  # 200 Mbit/s
+    monkeypatch.setattr(links, "_exchange", wire(125e6))  # now 1 Gbit/s
+    assert links._cached(comm, path, "key") is None
+    monkeypatch.setattr(links, "_exchange", wire(24.4e6))  # still 200 Mbit/s
+    assert links._cached(comm, path, "key").inter.bytes_per_s == 24.4e6
