@@ -59,7 +59,7 @@ demo-testbed: install
 		--compression all_gather:int8,reduce_scatter:bf16,all_reduce:bf16,all_to_all:bf16 --out out/gpt-testbed
 
 test: install ulfm
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
 
 test-unit: install
 	$(PY) -m pytest tests/unit
