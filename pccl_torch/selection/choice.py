@@ -124,6 +124,11 @@ class Choice:
         best = min(predicted.values())
         return sorted((n for n in pool if predicted[n] <= tuning.SLOWER_BOUND * best), key=predicted.__getitem__)
 
+    def _inter_link(self) -> tuple[float, float | None]:
+        """The measured inter-node link as the rules take it: (one-way latency, 0 unmeasured; bandwidth or None)."""
+        inter = self.links.inter
+        return (inter.latency_s, inter.bytes_per_s) if inter is not None else (0.0, None)
+
     def _decide(self, comm: Communicator, collective: Collective, algorithm: str | None, nbytes: int,
                 dtype: torch.dtype) -> Plan:
         """The plan of a call shape not yet decided: the name given (``algorithm=``, ``PCCL_ALGO``), else pccl's
@@ -148,20 +153,15 @@ class Choice:
                     name = None
             name = name or cuda_rule.cuda_networked_choice(collective, nbytes, topo.num_nodes, topo.local_size,
                                                             pipelines)
-        if not name and topo.networked and collective == "all_to_all" and comm.device.type == "cpu":
-            # Flat layouts too (a rank a node): across a link in the latency regime, large blocks go to the library
-            # that posts every message at once (heuristic.LATENCY_ALL_TO_ALL); elsewhere this is MPI's own.
-            inter = self.links.inter
-            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes, inter.bytes_per_s if inter else None,
-                                              inter_latency_s=inter.latency_s if inter else 0.0,
-                                              local_size=topo.local_size)
-        if not name and topo.networked and topo.is_hierarchical and not (
+        # CPU all-to-alls on flat layouts too (a rank a node): across a link in the latency regime, large blocks go to
+        # the library that posts every message at once (heuristic.LATENCY_ALL_TO_ALL); no profile covers all-to-all.
+        flat_all_to_all = collective == "all_to_all" and comm.device.type == "cpu"
+        if not name and topo.networked and (topo.is_hierarchical or flat_all_to_all) and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
-            inter = self.links.inter
-            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes, inter.bytes_per_s if inter else None,
-                                              inter_latency_s=inter.latency_s if inter else 0.0,
-                                              local_size=topo.local_size)
+            latency_s, bytes_per_s = self._inter_link()
+            name = heuristic.networked_choice(collective, nbytes, topo.num_nodes, bytes_per_s,
+                                              inter_latency_s=latency_s, local_size=topo.local_size)
         if not name and self.selector is not None:
             name = self.selector.choose(collective, nbytes, topo, dtype.itemsize, comm.device.type, self.links)
         plan = resolve(collective, name or heuristic.choose(collective, nbytes, topo))
@@ -173,10 +173,9 @@ class Choice:
             # are cut as the GPU model of their choice predicts best (the fixed size was measured on CPUs: 32 chunks
             # of a 256 MiB call, where the model's best is 4, take it to 0.5-0.7x of NCCL's time, by the model).
             gpu = cuda_rule.cuda_machine() if comm.device.type == "cuda" and topo.networked else None
-            inter = self.links.inter if topo.networked else None
+            latency_s, bytes_per_s = self._inter_link() if topo.networked else (0.0, None)
             chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, gpu, plan.name,
-                                     inter_latency_s=inter.latency_s if inter else 0.0,
-                                     inter_bytes_per_s=inter.bytes_per_s if inter else None)
+                                     inter_latency_s=latency_s, inter_bytes_per_s=bytes_per_s)
             # One chunk has nothing to overlap: its unpipelined form (the same levels, unchunked) runs it.
             plan = dataclasses.replace(resolve(collective, HIER_PREFIX + "mpi") if chunks == 1 and not named
                                        else plan, chunks=chunks)

@@ -34,6 +34,31 @@ def flat_choice(collective: Collective, nbytes: int, ranks: int) -> str:
     return "rabenseifner" if power_of_two or nbytes < MEDIUM else "ring"
 
 
+MPI_A2A_SCATTERED_MAX_BLOCK = 32 * 1024
+"""Largest block (bytes per destination) for which MPICH's ``MPI_Alltoall`` posts every message at once (its
+scattered schedule; Bruck for the smallest on 8 ranks or more); above, pairwise: p-1 exchanges in turn."""
+MPICH_A2A_BRUCK_MAX_BLOCK = 256
+"""Largest block (bytes per destination) for which MPICH's ``MPI_Alltoall`` runs Bruck, on 8 ranks or more
+(``MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE``; MPICH 5.0's built-in selection, not in place: ``comm_size<8``: scattered up
+to 32 KiB blocks, else pairwise; otherwise Bruck up to 256 bytes, scattered up to 32 KiB, pairwise above).
+``MPI_Alltoallv`` always runs scattered."""
+
+MPI_A2A_VECTOR = False
+"""pccl's ``mpi`` all-to-all calls ``MPI_Alltoall`` for equal blocks (MPICH's rule by size applies: the calls pccl-bench
+times, as the cost model prices them) and ``MPI_Alltoallv`` for split sizes (always scattered)."""
+
+
+def mpich_all_to_all(block_bytes: float, p: int, *, vector: bool = MPI_A2A_VECTOR) -> str:
+    """The schedule MPICH runs for an all-to-all of blocks of ``block_bytes`` on ``p`` ranks: ``bruck``
+    (``MPI_Alltoall`` only), ``scattered`` (every message posted at once; ``MPI_Alltoallv`` always) or
+    ``pairwise`` (p-1 exchanges in turn)."""
+    if vector:
+        return "scattered"
+    if p >= 8 and block_bytes <= MPICH_A2A_BRUCK_MAX_BLOCK:
+        return "bruck"
+    return "scattered" if block_bytes <= MPI_A2A_SCATTERED_MAX_BLOCK else "pairwise"
+
+
 ONE_MACHINE = {"cpu": "mpi", "cuda": "vendor"}
 """The choice where every rank shares one machine's memory: the native library's flat collective (MPI's for CPU
 tensors, NCCL's for CUDA ones through torch.distributed): no hierarchy can pay without a network between nodes."""
@@ -103,9 +128,6 @@ LATENCY_BOUND_SPAN = 2.0
 LATENCY_OPTIMAL = {"all_gather": "bruck", "reduce_scatter": "recursive_halving", "all_reduce": "recursive_doubling"}
 """The inter-node schedule of a latency-bound call: ceil(lg N) steps between N nodes (folding when N is not a power
 of two), against N-1 for the ring and the pipelined plan's steps in every chunk."""
-MPI_A2A_SCATTERED_MAX_BLOCK = 32 * 1024
-"""Largest block (bytes per destination) for which MPICH's ``MPI_Alltoall`` posts every message at once (its
-scattered schedule; Bruck for the smallest on 8 ranks or more); above, pairwise: p-1 exchanges in turn."""
 LATENCY_ALL_TO_ALL = "vendor"
 """An all-to-all across a link in the latency regime whose blocks MPI would exchange in turn: the vendor library's
 (gloo on CPUs posts every message at once). 4 x 2 at RTT 20 ms: gloo 36 / 83 / 258 ms at 1 / 4 / 16 MiB against
@@ -135,7 +157,8 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     blocks to the vendor library (:data:`LATENCY_ALL_TO_ALL`)."""
     if collective == "all_to_all":
         far = inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S
-        steps_in_turn = nbytes / max(nodes * local_size, 1) > MPI_A2A_SCATTERED_MAX_BLOCK
+        ranks = max(nodes * local_size, 1)
+        steps_in_turn = mpich_all_to_all(nbytes / ranks, ranks) == "pairwise"
         return LATENCY_ALL_TO_ALL if far and steps_in_turn else NETWORK_ALL_TO_ALL
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     hier_from = NETWORK_HIER_FROM[collective]

@@ -18,9 +18,10 @@ Formulas (Thakur, Rabenseifner and Gropp 2005; p ranks, n bytes of the full buff
   blocks whose index has bit k set, about p/2) plus the rotations in and out (2n copied) and each step's pack
   and unpack. ``mpi`` is MPICH's choice (its built-in selection, MPICH 5.0): ``MPI_Alltoall`` runs Bruck at
   p >= 8 with blocks of at most 256 bytes, else ``scattered`` (every message posted at once, blocks up to
-  32 KiB: priced as pairwise but for the wire's latency, paid once, :func:`a2a_scattered`) or ``pairwise``; pccl's
-  ``mpi`` calls ``MPI_Alltoall`` for equal blocks (:data:`MPI_A2A_VECTOR`). ``vendor`` (gloo's and NCCL's
-  sends and receives, all posted at once) is priced as scattered on the vendor library's links. Hierarchical ``hier:<x>`` (P = N nodes x L): pack (copy
+  32 KiB: priced as pairwise but for the wire's latency, paid once, :func:`a2a_scattered`) or ``pairwise``
+  (``heuristic.mpich_all_to_all``); pccl's ``mpi`` calls ``MPI_Alltoall`` for equal blocks
+  (``heuristic.MPI_A2A_VECTOR``). ``vendor`` (gloo's and NCCL's sends and receives, all posted at once) is priced
+  as scattered on the vendor library's links. Hierarchical ``hier:<x>`` (P = N nodes x L): pack (copy
   n), an all-to-all among the node's L ranks on the whole buffer (blocks of n/L: every block for local rank j
   of any node goes to local rank j), regroup (copy n), an all-to-all among the N local-rank peers (blocks of
   n/N: one message per peer node, pairwise or MPI's). Each node sends L (N-1)/N n bytes off-node either way;
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from pccl_torch.algorithms import COLLECTIVES, Collective
-from pccl_torch.selection.heuristic import MPI_A2A_SCATTERED_MAX_BLOCK, SMALL_ALL_REDUCE, flat_choice
+from pccl_torch.selection.heuristic import SMALL_ALL_REDUCE, flat_choice, mpich_all_to_all
 from pccl_torch.plan import HIER_PREFIX, PIPELINED, hierarchical_inner, intra_library, valid_names
 from pccl_torch.sim.machine import FIXED_PARAMS, PARAMS, MachineProfile
 
@@ -376,28 +377,6 @@ def a2a_bruck(net: Net, n: float) -> Terms:
         blocks = sum(1 for j in range(1, p) if j >> k & 1)
         cost = cost + _a2a_step(net, 1 << k, blocks * n / p) + _copy(2 * blocks * n / p)
     return cost
-
-
-MPICH_A2A_BRUCK_MAX_BLOCK = 256
-"""Largest block (bytes per destination) for which MPICH's ``MPI_Alltoall`` runs Bruck, on 8 ranks or more
-(``MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE``; MPICH 5.0's built-in selection, not in place: ``comm_size<8``: scattered up
-to 32 KiB blocks, else pairwise; otherwise Bruck up to 256 bytes, scattered up to 32 KiB, pairwise above).
-``MPI_Alltoallv`` always runs scattered."""
-
-MPI_A2A_VECTOR = False
-"""pccl's ``mpi`` all-to-all calls ``MPI_Alltoall`` for equal blocks (MPICH's rule by size applies, as priced here:
-the calls pccl-bench times) and ``MPI_Alltoallv`` for split sizes (always scattered)."""
-
-
-def mpich_all_to_all(block_bytes: float, p: int, *, vector: bool = MPI_A2A_VECTOR) -> str:
-    """The schedule MPICH runs for an all-to-all of blocks of ``block_bytes`` on ``p`` ranks: ``bruck``
-    (``MPI_Alltoall`` only), ``scattered`` (every message posted at once; ``MPI_Alltoallv`` always) or
-    ``pairwise`` (p-1 exchanges in turn)."""
-    if vector:
-        return "scattered"
-    if p >= 8 and block_bytes <= MPICH_A2A_BRUCK_MAX_BLOCK:
-        return "bruck"
-    return "scattered" if block_bytes <= MPI_A2A_SCATTERED_MAX_BLOCK else "pairwise"
 
 
 def a2a_scattered(net: Net, n: float) -> Terms:

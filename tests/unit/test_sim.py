@@ -15,6 +15,7 @@ import yaml
 
 import pccl_torch
 from pccl_torch.sim import PARAMS, MachineProfile, algorithms, fit, format_report, load, predict, terms
+from pccl_torch.selection import heuristic
 from pccl_torch.sim import costs, machine
 from pccl_torch.sim.cli import main, parse_gpus, sweep
 from pccl_torch.sim.fit import measured_vendor_library, report, samples
@@ -349,7 +350,7 @@ def test_all_to_all_mpich_choice_and_bruck():
     assert costs.mpich_all_to_all(64 << 10, 8, vector=False) == "pairwise"
     assert costs.mpich_all_to_all(4, 7, vector=False) == "scattered"
     assert costs.mpich_all_to_all(4, 64, vector=True) == "scattered"  # MPI_Alltoallv: always scattered
-    assert costs.mpich_all_to_all(4, 64) == ("scattered" if costs.MPI_A2A_VECTOR else "bruck")  # equal blocks
+    assert costs.mpich_all_to_all(4, 64) == ("scattered" if heuristic.MPI_A2A_VECTOR else "bruck")  # equal blocks
     # Bruck on one node of 8: 3 steps (distances 1, 2, 4), each carrying the 4 blocks of 1..7 with that bit
     # set (N/2); rotations in and out (2N) and each step's pack and unpack (2 x N/2).
     assert_terms(costs.a2a_bruck(costs.mpi_intra_net(8).native(), N),
