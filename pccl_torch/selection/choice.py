@@ -153,13 +153,16 @@ class Choice:
                     name = None
             name = name or cuda_rule.cuda_networked_choice(collective, nbytes, topo.num_nodes, topo.local_size,
                                                             pipelines)
-        # CPU all-to-alls on flat layouts too (a rank a node): across a link in the latency regime, large blocks go to
-        # the library that posts every message at once (heuristic.LATENCY_ALL_TO_ALL); no profile covers all-to-all.
-        flat_all_to_all = collective == "all_to_all" and comm.device.type == "cpu"
-        if not name and topo.networked and (topo.is_hierarchical or flat_all_to_all) and not (
+        # CPU calls on flat layouts too (a rank a node): all-to-alls across any network (across a link in the latency
+        # regime, large blocks go to the library that posts every message at once: heuristic.LATENCY_ALL_TO_ALL; no
+        # profile covers all-to-all), the other collectives across a link in the latency regime
+        # (heuristic.flat_latency_choice).
+        latency_s, bytes_per_s = self._inter_link()
+        flat_far = comm.device.type == "cpu" and (
+            collective == "all_to_all" or (bool(bytes_per_s) and latency_s >= heuristic.LATENCY_REGIME_S))
+        if not name and topo.networked and (topo.is_hierarchical or flat_far) and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
-            latency_s, bytes_per_s = self._inter_link()
             name = heuristic.networked_choice(collective, nbytes, topo.num_nodes, bytes_per_s,
                                               inter_latency_s=latency_s, local_size=topo.local_size)
         if not name and self.selector is not None:

@@ -146,6 +146,48 @@ def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None,
     return nbytes / max(local_size, 1) / inter_bytes_per_s < LATENCY_BOUND_SPAN * inter_latency_s
 
 
+# A rank a node (a flat layout) across links in the latency regime: no hierarchy to choose, but the schedule of every
+# rank still crosses the link at each step. On the testbed (8 nodes x 1 rank, 1 Gbit/s, RTT 20 ms; pccl-bench,
+# 2026-12-07, docs/benchmarks.md "A rank a node across latency"), where MPICH runs its ring (all-gather from 512 KiB)
+# or pairwise (reduce-scatter) schedule, pccl's lg p ones won: recursive doubling all-gather 85 / 162 ms at 1 / 4 MiB
+# against MPI's own 152 / 180 ms, recursive halving reduce-scatter 105 ms at 1 MiB against 159 ms, 233 against 236 ms
+# at 4 MiB. The all-reduce's recursive doubling, which sends the whole buffer at each of its lg p steps, won while
+# those bytes took under two latencies (74 / 83 ms at 64 / 256 KiB against 132 / 133 ms for MPI's Rabenseifner) and
+# lost beyond (183 against 147 ms at 1 MiB). At 16 MiB, where the call takes many latencies on the link, gloo's
+# transfers were the fastest (all-gather 279 ms through pccl's `vendor` against 378-443 ms for every schedule over MPI,
+# all-reduce 544 against 933-1653 ms): there the link's rate, not the steps, decides, and MPI moved its bytes at
+# half of gloo's rate on these links (8 ranks polling on 2 cores). Reduce-scatter stays on MPI there (its 16 MiB
+# schedules over MPI were within 6% of gloo's 712 ms; gloo's took 420-447 ms at 4 MiB against 233).
+FLAT_LATENCY_OPTIMAL = {"all_gather": "recursive_doubling", "reduce_scatter": "recursive_halving",
+                        "all_reduce": "recursive_doubling"}
+"""pccl's flat schedule of ceil(lg p) steps for a flat layout across latency (Bruck for all-gathers on a node count that
+is not a power of two: recursive doubling would fold in two more steps)."""
+FLAT_VENDOR_FROM_LATENCIES = 8.0
+"""A flat all-gather or all-reduce across latency whose full buffer takes at least this many one-way latencies on the
+link goes to the vendor library (``vendor``: gloo for CPU tensors): 16 MiB took ~15 at 1 Gbit/s and RTT 20 ms, where
+gloo won; 4 MiB took ~4, where pccl's lg p schedules and MPI's own won."""
+
+
+def flat_latency_choice(collective: Collective, nbytes: int, ranks: int, inter_bytes_per_s: float,
+                        inter_latency_s: float) -> str:
+    """The choice for ``ranks`` nodes of one rank each (a flat layout) across links in the latency regime
+    (:data:`LATENCY_REGIME_S`): MPI's own where MPICH runs a lg p schedule, pccl's lg p one
+    (:data:`FLAT_LATENCY_OPTIMAL`) where MPICH would run its ring or pairwise steps, the vendor library for
+    all-gathers and all-reduces of many latencies' worth of bytes (:data:`FLAT_VENDOR_FROM_LATENCIES`)."""
+    link_s = nbytes / inter_bytes_per_s
+    if collective != "reduce_scatter" and link_s >= FLAT_VENDOR_FROM_LATENCIES * inter_latency_s:
+        return "vendor"
+    if collective == "all_reduce":
+        steps = max(ranks - 1, 1).bit_length()  # recursive doubling: the whole buffer crosses at each step
+        return FLAT_LATENCY_OPTIMAL[collective] if latency_bound(nbytes * steps, 1, inter_bytes_per_s,
+                                                                 inter_latency_s) else "mpi"
+    if flat_choice(collective, nbytes, ranks) in LG_P_SCHEDULES:
+        return "mpi"
+    if collective == "all_gather" and ranks & (ranks - 1):
+        return "bruck"
+    return FLAT_LATENCY_OPTIMAL[collective]
+
+
 def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_bytes_per_s: float | None = None, *,
                      inter_latency_s: float = 0.0, local_size: int = 1) -> str:
     """The choice for ``nodes`` nodes of ``local_size`` ranks joined by a network (``Topology.networked``); with a
@@ -160,6 +202,8 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
         ranks = max(nodes * local_size, 1)
         steps_in_turn = mpich_all_to_all(nbytes / ranks, ranks) == "pairwise"
         return LATENCY_ALL_TO_ALL if far and steps_in_turn else NETWORK_ALL_TO_ALL
+    if local_size == 1 and inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S:
+        return flat_latency_choice(collective, nbytes, nodes, inter_bytes_per_s, inter_latency_s)
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":

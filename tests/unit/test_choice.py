@@ -71,7 +71,19 @@ def test_links_with_latency_move_the_choice_and_the_chunks() -> None:
         assert far.plan(flat, "all_to_all", None, 1 << 20, torch.float32).name == "vendor"
         assert far.plan(flat, "all_to_all", None, 256 << 10, torch.float32).name == "mpi"
         assert far.plan(flat, "all_to_all", None, 1 << 20, torch.float32, "int8").name.startswith("mpi+int8")
+    # A rank a node: pccl's lg p schedules where MPICH would step around a ring, gloo for many latencies' bytes.
+    spread = comm(hosts=8, world=8, local=1)
+    far_links = far.links
+    far = Choice(overrides={}, links=far_links)  # a Choice serves one communicator: its decisions are kept
+    assert far.plan(spread, "all_gather", None, 1 << 20, torch.float32).name == "recursive_doubling"
+    assert far.plan(spread, "all_gather", None, 256 << 10, torch.float32).name == "mpi"
+    assert far.plan(spread, "all_reduce", None, 64 << 10, torch.float32).name == "recursive_doubling"
+    assert far.plan(spread, "all_reduce", None, 16 << 20, torch.float32).name == "vendor"
+    assert Choice(overrides={}, links=far_links).plan(comm(hosts=8, world=8, local=1, device="cuda"), "all_gather",
+                                                      None, 1 << 20, torch.float32).name == "ring"  # CUDA: not this rule
     near = Choice(overrides={}, links=links.Links(links.Link(2e-5, 3e9), links.Link(0.72e-3, 135e6), "measured"))
+    assert near.plan(spread, "all_gather", None, 1 << 20, torch.float32).name != "recursive_doubling"
+    near = Choice(overrides={}, links=near.links)
     assert near.plan(networked, "all_to_all", None, 1 << 20, torch.float32).name == "mpi"
     assert near.plan(networked, "all_reduce", None, 16 << 20, torch.float32).chunks == 16
     assert near.plan(networked, "all_reduce", None, 64 << 10, torch.float32).name == "mpi"

@@ -79,3 +79,32 @@ def test_latency_bound_calls_take_the_fewest_steps_between_nodes() -> None:
         assert networked_choice(collective, nbytes, 4, 107e6, **near) == networked_choice(collective, nbytes, 4, 107e6)
     # No bandwidth measured: no latency rule either.
     assert networked_choice("all_reduce", 64 << 10, 4, None, **far) == "mpi"
+
+
+def test_a_rank_a_node_across_latency_takes_lg_p_schedules_then_the_vendor_library() -> None:
+    """8 nodes x 1 rank, links measured at 10.5 ms one way and 108 MB/s (the testbed at RTT 20 ms, 1 Gbit/s): MPI's own
+    where MPICH runs a lg p schedule, pccl's recursive doubling / halving where MPICH would step around a ring or
+    pairwise, recursive doubling all-reduce while its lg p whole-buffer sends take under two latencies, gloo for
+    all-gathers and all-reduces of 8 latencies or more; near links (RTT 1 ms) keep the rules of no latency."""
+    from pccl_torch.selection.heuristic import flat_latency_choice, networked_choice
+
+    far = {"inter_latency_s": 10.5e-3, "local_size": 1}
+    expected = {
+        "all_gather": ["mpi", "mpi", "recursive_doubling", "recursive_doubling", "vendor"],
+        "reduce_scatter": ["mpi", "mpi", "recursive_halving", "recursive_halving", "recursive_halving"],
+        "all_reduce": ["recursive_doubling", "recursive_doubling", "mpi", "mpi", "vendor"],
+    }
+    for collective, names in expected.items():
+        got = [networked_choice(collective, (64 << 10) << 2 * i, 8, 108e6, **far) for i in range(5)]
+        assert got == names, collective
+    # Not a power of two: Bruck, which needs no folding steps.
+    assert flat_latency_choice("all_gather", 1 << 20, 6, 108e6, 10.5e-3) == "bruck"
+    assert flat_latency_choice("reduce_scatter", 1 << 20, 6, 108e6, 10.5e-3) == "recursive_halving"
+    # A slower link reaches the vendor library's share sooner (200 Mbit/s: 16 MiB is ~64 latencies, 1 MiB ~4).
+    assert flat_latency_choice("all_gather", 16 << 20, 8, 25e6, 10.5e-3) == "vendor"
+    assert flat_latency_choice("all_gather", 1 << 20, 8, 25e6, 10.5e-3) == "recursive_doubling"
+    # All-to-all keeps its own rule; RTT 1 ms is outside the regime.
+    assert networked_choice("all_to_all", 1 << 20, 8, 108e6, **far) == "vendor"
+    for collective in expected:
+        assert networked_choice(collective, 1 << 20, 8, 108e6, inter_latency_s=0.7e-3, local_size=1) == \
+            networked_choice(collective, 1 << 20, 8, 108e6)
