@@ -103,8 +103,8 @@ def _relay_line(relay: net.RelayStatus) -> str:
     """``pid 4103, running, CPU 3.2 s (16.1% of a core since it started)`` or why it is not running."""
     if not relay.alive:
         return f"NOT RUNNING (recorded pid {relay.pid or 'none'})"
-    return (f"pid {relay.pid} ({relay.impl}), running, CPU {relay.cpu_s:.1f} s ({relay.cpu_percent:.1f}% of a core "
-            "since it started)")
+    return (f"pid {relay.pid} ({relay.impl}, {relay.scheduling}), running, CPU {relay.cpu_s:.1f} s "
+            f"({relay.cpu_percent:.1f}% of a core since it started)")
 
 
 def _launch(args: argparse.Namespace, command: list[str]) -> int:

@@ -300,6 +300,8 @@ class RelayStatus:
     """``cpu_s`` over its lifetime, in percent of one core."""
     impl: str | None = None
     """``c`` or ``python`` (None: not running)."""
+    scheduling: str | None = None
+    """``real time`` (``SCHED_FIFO``) or ``nice N`` (None: not running)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,7 +697,17 @@ def relay_status(prefix: str) -> RelayStatus:
     alive = pid is not None and _alive(pid) and is_relay_of(command, prefix)
     usage = cpu_use(pid) if alive else None
     return RelayStatus(pid, alive, usage.total_s if usage else None, usage.percent if usage else None,
-                       relay_impl_of(command) if alive else None)
+                       relay_impl_of(command) if alive else None, scheduling_of(pid) if alive else None)
+
+
+def scheduling_of(pid: int) -> str | None:
+    """How ``pid`` is scheduled: ``real time`` (``SCHED_FIFO``/``SCHED_RR``) or ``nice N``; None when gone."""
+    try:
+        if os.sched_getscheduler(pid) in (os.SCHED_FIFO, os.SCHED_RR):
+            return "real time"
+        return f"nice {os.getpriority(os.PRIO_PROCESS, pid)}"
+    except OSError:
+        return None
 
 
 class CpuUse(NamedTuple):

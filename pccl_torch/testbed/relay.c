@@ -33,7 +33,8 @@
 #define MAX_LINKS 250
 #define READ_SIZE (65536 + 64)  /* more than any TAP frame: MTU <= 65521 plus the Ethernet header */
 #define READS_PER_ROUND 64      /* frames read from one device before the clock is looked at again */
-#define NICE (-10)              /* ahead of MPI ranks spinning on the same cores (relay.py: NICE) */
+#define NICE (-10)              /* ahead of MPI ranks spinning on the same cores where real time is refused (relay.py: NICE) */
+#define RT_PRIORITY 10          /* SCHED_FIFO: frames leave on time whatever the ranks do (relay.py: RT_PRIORITY) */
 
 struct frame {                  /* one frame held, in the order read */
     struct frame *next;
@@ -194,7 +195,8 @@ int main(int argc, char **argv) {
     double delay = parse_time(delay_text) / 4, jitter = parse_time(jitter_text) / 4;  /* relay.py: leg_delay */
     if (detached) detach(state);
     write_pid(state, "relay.pid");
-    if (setpriority(PRIO_PROCESS, 0, NICE) != 0)
+    struct sched_param rt = {.sched_priority = RT_PRIORITY};
+    if (sched_setscheduler(0, SCHED_FIFO, &rt) != 0 && setpriority(PRIO_PROCESS, 0, NICE) != 0)
         fprintf(stderr, "relay: cannot raise its priority to nice %d; frames may be late on busy cores\n", NICE);
     srand48(getpid() ^ (long)time(NULL));
     static struct line lines[2 * MAX_LINKS];

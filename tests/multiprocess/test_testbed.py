@@ -238,6 +238,8 @@ def test_delay_gives_the_round_trip_asked_and_down_leaves_nothing(method: str, i
         assert net.up(config) is False  # up as configured, its relay running: left as it is
         pid = found.relay.pid if found.relay else None
         assert (found.relay.impl if found.relay else None) == (impl if method == "relay" else None), found.relay
+        if method == "relay":  # root here: the relay runs in the real-time class, ahead of ranks that poll
+            assert found.relay.scheduling == "real time", found.relay
         measured = _socket_rtt(config)
         assert measured["min_ms"] >= 4.0 and measured["rtt_ms"] <= 6.0, measured  # 4.2-4.4 ms on an idle machine
         if impl == "python":  # a crash lost the state and the hub's namespace: only its command line finds the relay

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -316,8 +317,14 @@ def test_status_reports_a_dead_relay(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(net, "_alive", lambda pid: True)
     monkeypatch.setattr(net, "_cmdline", lambda pid: net.relay_command(config))
     monkeypatch.setattr(net, "cpu_use", lambda pid: net.CpuUse(1.0, 0.5, 12.5))
+    monkeypatch.setattr(net, "scheduling_of", lambda pid: "real time")
     found = net.status("unit")
-    assert found.up and found.relay == net.RelayStatus(4242, True, 1.5, 12.5, "python"), found.problems
+    assert found.up and found.relay == net.RelayStatus(4242, True, 1.5, 12.5, "python", "real time"), found.problems
+
+
+def test_scheduling_of_reads_the_class_and_the_nice_value() -> None:
+    assert net.scheduling_of(os.getpid()) == f"nice {os.getpriority(os.PRIO_PROCESS, os.getpid())}"
+    assert net.scheduling_of(2 ** 22 + 12345) is None  # no such process
 
 
 def test_the_c_relay_compiles_once_and_reads_the_python_relay_s_arguments(tmp_path) -> None:
