@@ -115,11 +115,17 @@ def test_compressed_all_to_all_in_pieces(fmt: str, ranks: int, local_size: int, 
 
 
 @pytest.mark.multiprocess
-def test_triton_interpreter_kernels_under_mpiexec(tmp_path) -> None:
-    """The same cases (small sizes) with every local kernel run by the Triton interpreter, 2 nodes x 2."""
-    run = driver(4, tmp_path, "--no-large", local_size=2, env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton"},
+def test_triton_interpreter_kernels_over_torch_groups_under_mpiexec(tmp_path) -> None:
+    """The same cases (small sizes, every algorithm, dtype, op, async and in-place form), 2 nodes x 2, in one
+    launch that checks two things the other runs do not: every local kernel run by the Triton interpreter, and
+    ``PCCL_TRANSPORT=torch`` (pccl's levels as torch groups under mpiexec). The kernels run inside the algorithms,
+    which see only the transport interface, so neither hides a defect of the other: a wrong kernel or a wrong
+    torch-group level fails its cases here as it did in a launch of its own (one launch instead of two: ~40 s)."""
+    run = driver(4, tmp_path, "--no-large", local_size=2, timeout_s=900,
+                 env={"TRITON_INTERPRET": "1", "PCCL_KERNELS": "triton", "PCCL_TRANSPORT": "torch"},
                  min_passed_per_rank=1000)
     assert_every_algorithm_ran(run)
+    assert {report["transport"] for report in run.ranks} == {"torch:gloo"}, [r["transport"] for r in run.ranks]
 
 
 @pytest.mark.multiprocess

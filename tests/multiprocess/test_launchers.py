@@ -1,5 +1,6 @@
 """pccl launched as users launch training: torchrun, DeepSpeed's own launcher and accelerate, with no mpiexec
-(pccl's levels are then torch groups: ``pccl_torch.launcher``), and the torch transport under mpiexec."""
+(pccl's levels are then torch groups: ``pccl_torch.launcher``). The torch transport under mpiexec, every collective:
+test_collectives_mpi.py's ``test_triton_interpreter_kernels_over_torch_groups_under_mpiexec``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from pccl_torch.algorithms import COLLECTIVES
 
-from .conftest import HERE, check_exit, collect_ranks, launch_ranks, launcher_environment, run_checked, torchrun_ranks
+from .conftest import HERE, check_exit, collect_ranks, launcher_environment, run_checked, torchrun_ranks
 from .rank_result import RESULT_DIR_ENV
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -97,17 +98,6 @@ def test_accelerate_launch(tmp_path) -> None:
     assert results["pccl"]["transport"] == {"torch:gloo": 1}
     assert results["pccl"]["calls"].get("all_reduce", 0) > 0, results["pccl"]["calls"]
     assert results["pccl"]["losses"] == pytest.approx(results["gloo"]["losses"], rel=1e-5, abs=1e-6)
-
-
-@pytest.mark.multiprocess
-def test_every_collective_over_torch_groups_under_mpiexec(tmp_path) -> None:
-    """PCCL_TRANSPORT=torch under mpiexec: the full collective driver (every algorithm, dtype, op, async and
-    in-place form) on the torch transport, checked against its references."""
-    run = launch_ranks("driver.py", 4, "--no-large", result_dir=tmp_path / "ranks", local_size=2,
-                       env={"PCCL_TRANSPORT": "torch"}, timeout_s=900, same=("ranks", "local_size", "cases"))
-    for r, report in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its shutdown
-        assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"][:30])
-        assert report["passed"] > 1000, f"rank {r}: too few checks passed: {report['passed']}"
 
 
 @pytest.mark.multiprocess
