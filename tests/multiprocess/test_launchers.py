@@ -46,17 +46,13 @@ def _deepspeed_command(launcher: str, ranks: int, *args: str) -> list[str]:
     return [str(deepspeed), "--num_gpus", str(ranks), "--master_port", str(_free_port()), script, *args]
 
 
-_ZERO3_BASELINE: dict[str, object] = {}
-"""gloo's ZeRO-3 run under torchrun, made by the first launcher's test and compared against by both."""
-
-
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
 def test_deepspeed_zero3_without_mpiexec(launcher: str, tmp_path) -> None:
     """ZeRO-3 with --comm_backend pccl under torchrun and under `deepspeed --num_gpus 4` (its local launcher, no
     --launcher mpich): gloo's losses and parameters, every AG/RS/AR through pccl over torch groups."""
     pytest.importorskip("deepspeed")
-    from .test_deepspeed import EXTENSIONS
+    from .test_deepspeed import EXTENSIONS, gloo_baseline
 
     def zero3(launcher: str, backend: str):  # deepspeed_driver.py writes every rank's result after its teardown
         results = tmp_path / f"{launcher}-{backend}"
@@ -65,11 +61,10 @@ def test_deepspeed_zero3_without_mpiexec(launcher: str, tmp_path) -> None:
         process = run_checked(command, launcher_environment(2, {**EXTENSIONS, RESULT_DIR_ENV: str(results)}), 900)
         return collect_ranks(process, 4, results, same=("default_group",), what=f"{launcher} {backend}")
 
-    # gloo's run is the same whichever launcher started it (same seed, data and ranks): one baseline for both.
-    if "gloo" not in _ZERO3_BASELINE:
-        _ZERO3_BASELINE["gloo"] = zero3("torchrun", "gloo")
-    runs = {"gloo": _ZERO3_BASELINE["gloo"], "pccl": zero3(launcher, "pccl")}
-    for r, (pccl, gloo) in enumerate(zip(runs["pccl"].ranks, runs["gloo"].ranks)):
+    # gloo's run is the same whichever launcher started it (same seed, data and ranks): test_deepspeed's at 4 ranks
+    # under mpiexec, launched once a session for it and both launchers here.
+    gloo_ranks = gloo_baseline(4, tmp_path)
+    for r, (pccl, gloo) in enumerate(zip(zero3(launcher, "pccl").ranks, gloo_ranks, strict=True)):
         assert pccl["default_group"] == "PcclProcessGroup", (r, pccl["default_group"])
         assert pccl["transport"] == {"torch:gloo": pccl["pccl_groups"]}, (r, pccl["transport"])
         assert min(pccl["stages"]["3"]["pccl_calls"].get(kind, 0) for kind in KINDS) > 0, (r, pccl["stages"]["3"])
