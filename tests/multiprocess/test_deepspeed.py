@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -99,7 +100,7 @@ def test_deepspeed_launcher_with_its_mpich_runner(tmp_path) -> None:
                str(HERE / "deepspeed_driver.py"), "--comm_backend", "pccl", "--stages", "3", "--json", str(out)]
     results = tmp_path / "ranks"
     results.mkdir()
-    env = {**os.environ, **EXTENSIONS, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    env = {**os.environ, **EXTENSIONS, "PATH": _beside_this_ninja(bin_dir, tmp_path / "ninja"),
            "PYTHONWARNINGS": "ignore::FutureWarning", RESULT_DIR_ENV: str(results)}
     env.pop("PCCL_ALGO", None)
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -112,6 +113,20 @@ def test_deepspeed_launcher_with_its_mpich_runner(tmp_path) -> None:
     assert min(calls.get(c, 0) for c in ("all_gather", "reduce_scatter", "all_reduce")) > 0, calls
     assert report["bypassed"] == {}
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _beside_this_ninja(bin_dir: Path, link_dir: Path) -> str:
+    """PATH with ``bin_dir`` (its mpirun, for DeepSpeed's runner) first, but the ``ninja`` the rest of the session
+    finds ahead of it: DeepSpeed's ranks JIT-load their CPU op with whichever ninja is first on PATH, and a ninja of
+    another version than the one that wrote the build log (here bin_dir's 1.13 after the system's 1.11) compiles it
+    again, ~30 s here and ~30 s more in the next DeepSpeed test, for the same library."""
+    path = os.environ.get("PATH", "")
+    ninja = shutil.which("ninja", path=path)
+    if ninja is None:
+        return f"{bin_dir}{os.pathsep}{path}"
+    link_dir.mkdir()
+    (link_dir / "ninja").symlink_to(ninja)
+    return os.pathsep.join((str(link_dir), str(bin_dir), path))
 
 
 def _free_port() -> int:
