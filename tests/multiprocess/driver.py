@@ -570,6 +570,7 @@ def main() -> int:
     # After all the rejected calls, the communicator still works and nothing is pending.
     runner.check("collective after rejected calls", lambda: runner.run_case(
         Case("all_reduce", "ring", torch.float32, "sum", 5)))
+    transport = comm.transport  # what carried the levels: mpi, or torch:gloo (PCCL_TRANSPORT=torch)
     pc.shutdown()
     runner.check("use after shutdown", lambda: expect_error(pc.NotInitializedError, "shut down",
                                                             lambda: pc.all_reduce(torch.ones(2))))
@@ -592,7 +593,7 @@ def main() -> int:
     failed_anywhere = world.allreduce(len(runner.failures), op=MPI.SUM)
     # Every rank's own result, written after its shutdown returned (the test checks all of them).
     rank_result.write({"ranks": topo.world_size, "local_size": topo.local_size, "cases": len(cases),
-                       "algorithms": exercised,
+                       "algorithms": exercised, "transport": transport,
                        "passed": runner.passed, "failed": len(runner.failures), "failures": runner.failures[:50],
                        "mpi": MPI.Get_library_version().splitlines()[0]}, runner.rank)
     return 1 if failed_anywhere else 0

@@ -1,5 +1,6 @@
 """pccl launched as users launch training: torchrun, DeepSpeed's own launcher and accelerate, with no mpiexec
-(pccl's levels are then torch groups: ``pccl_torch.launcher``), and the torch transport under mpiexec."""
+(pccl's levels are then torch groups: ``pccl_torch.launcher``). The torch transport under mpiexec, every collective:
+test_collectives_mpi.py's ``test_triton_interpreter_kernels_over_torch_groups_under_mpiexec``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from pccl_torch.algorithms import COLLECTIVES
 
-from .conftest import HERE, check_exit, collect_ranks, launch_ranks, launcher_environment, run_checked, torchrun_ranks
+from .conftest import HERE, check_exit, collect_ranks, launcher_environment, run_checked, torchrun_ranks
 from .rank_result import RESULT_DIR_ENV
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -45,17 +46,13 @@ def _deepspeed_command(launcher: str, ranks: int, *args: str) -> list[str]:
     return [str(deepspeed), "--num_gpus", str(ranks), "--master_port", str(_free_port()), script, *args]
 
 
-_ZERO3_BASELINE: dict[str, object] = {}
-"""gloo's ZeRO-3 run under torchrun, made by the first launcher's test and compared against by both."""
-
-
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
 def test_deepspeed_zero3_without_mpiexec(launcher: str, tmp_path) -> None:
     """ZeRO-3 with --comm_backend pccl under torchrun and under `deepspeed --num_gpus 4` (its local launcher, no
     --launcher mpich): gloo's losses and parameters, every AG/RS/AR through pccl over torch groups."""
     pytest.importorskip("deepspeed")
-    from .test_deepspeed import EXTENSIONS
+    from .test_deepspeed import EXTENSIONS, gloo_baseline
 
     def zero3(launcher: str, backend: str):  # deepspeed_driver.py writes every rank's result after its teardown
         results = tmp_path / f"{launcher}-{backend}"
@@ -64,11 +61,10 @@ def test_deepspeed_zero3_without_mpiexec(launcher: str, tmp_path) -> None:
         process = run_checked(command, launcher_environment(2, {**EXTENSIONS, RESULT_DIR_ENV: str(results)}), 900)
         return collect_ranks(process, 4, results, same=("default_group",), what=f"{launcher} {backend}")
 
-    # gloo's run is the same whichever launcher started it (same seed, data and ranks): one baseline for both.
-    if "gloo" not in _ZERO3_BASELINE:
-        _ZERO3_BASELINE["gloo"] = zero3("torchrun", "gloo")
-    runs = {"gloo": _ZERO3_BASELINE["gloo"], "pccl": zero3(launcher, "pccl")}
-    for r, (pccl, gloo) in enumerate(zip(runs["pccl"].ranks, runs["gloo"].ranks)):
+    # gloo's run is the same whichever launcher started it (same seed, data and ranks): test_deepspeed's at 4 ranks
+    # under mpiexec, launched once a session for it and both launchers here.
+    gloo_ranks = gloo_baseline(4, tmp_path)
+    for r, (pccl, gloo) in enumerate(zip(zero3(launcher, "pccl").ranks, gloo_ranks, strict=True)):
         assert pccl["default_group"] == "PcclProcessGroup", (r, pccl["default_group"])
         assert pccl["transport"] == {"torch:gloo": pccl["pccl_groups"]}, (r, pccl["transport"])
         assert min(pccl["stages"]["3"]["pccl_calls"].get(kind, 0) for kind in KINDS) > 0, (r, pccl["stages"]["3"])
@@ -97,17 +93,6 @@ def test_accelerate_launch(tmp_path) -> None:
     assert results["pccl"]["transport"] == {"torch:gloo": 1}
     assert results["pccl"]["calls"].get("all_reduce", 0) > 0, results["pccl"]["calls"]
     assert results["pccl"]["losses"] == pytest.approx(results["gloo"]["losses"], rel=1e-5, abs=1e-6)
-
-
-@pytest.mark.multiprocess
-def test_every_collective_over_torch_groups_under_mpiexec(tmp_path) -> None:
-    """PCCL_TRANSPORT=torch under mpiexec: the full collective driver (every algorithm, dtype, op, async and
-    in-place form) on the torch transport, checked against its references."""
-    run = launch_ranks("driver.py", 4, "--no-large", result_dir=tmp_path / "ranks", local_size=2,
-                       env={"PCCL_TRANSPORT": "torch"}, timeout_s=900, same=("ranks", "local_size", "cases"))
-    for r, report in enumerate(run.ranks):  # exit status 0 and every rank's result, written after its shutdown
-        assert report["failed"] == 0, f"rank {r}:\n" + "\n".join(report["failures"][:30])
-        assert report["passed"] > 1000, f"rank {r}: too few checks passed: {report['passed']}"
 
 
 @pytest.mark.multiprocess
