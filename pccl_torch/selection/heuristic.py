@@ -147,25 +147,25 @@ def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None,
 
 
 # A rank a node (a flat layout) across links in the latency regime: no hierarchy to choose, but the schedule of every
-# rank still crosses the link at each step. On the testbed (8 nodes x 1 rank, 1 Gbit/s, RTT 20 ms; pccl-bench,
-# 2026-12-07, docs/benchmarks.md "A rank a node across latency"), where MPICH runs its ring (all-gather from 512 KiB)
-# or pairwise (reduce-scatter) schedule, pccl's lg p ones won: recursive doubling all-gather 85 / 162 ms at 1 / 4 MiB
-# against MPI's own 152 / 180 ms, recursive halving reduce-scatter 105 ms at 1 MiB against 159 ms, 233 against 236 ms
-# at 4 MiB. The all-reduce's recursive doubling, which sends the whole buffer at each of its lg p steps, won while
-# those bytes took under two latencies (74 / 83 ms at 64 / 256 KiB against 132 / 133 ms for MPI's Rabenseifner) and
-# lost beyond (183 against 147 ms at 1 MiB). At 16 MiB, where the call takes many latencies on the link, gloo's
-# transfers were the fastest (all-gather 279 ms through pccl's `vendor` against 378-443 ms for every schedule over MPI,
-# all-reduce 544 against 933-1653 ms): there the link's rate, not the steps, decides, and MPI moved its bytes at
-# half of gloo's rate on these links (8 ranks polling on 2 cores). Reduce-scatter stays on MPI there (its 16 MiB
-# schedules over MPI were within 6% of gloo's 712 ms; gloo's took 420-447 ms at 4 MiB against 233).
+# rank still crosses the link at each step. On the testbed (8 nodes x 1 rank, 1 Gbit/s, RTT 20 ms, relay in the
+# real-time class; pccl-bench, 2026-12-07, docs/benchmarks.md "A rank a node across latency"), where MPICH runs its
+# ring (all-gather from 512 KiB) or pairwise (reduce-scatter) schedule, pccl's lg p ones won: recursive doubling
+# all-gather 85 / 105 ms at 1 / 4 MiB against 158 / 180 ms for MPI's own and 166 / 179 ms for gloo; recursive
+# halving reduce-scatter 73 / 112 / 265 ms at 1 / 4 / 16 MiB against MPI's own 157 / 179 / 445 ms. The
+# all-reduce's recursive doubling, which sends the whole buffer at each of its lg p steps, won while those bytes took
+# under two latencies (69 / 71 ms at 64 / 256 KiB against 132 / 129 ms for MPI's Rabenseifner), by 10% beyond
+# (122 against 135 ms at 1 MiB), and lost at 4 MiB (231 against 202 ms). At 16 MiB, where the call takes many latencies on
+# the link, gloo's all-gather was the fastest (255 ms through pccl's `vendor` against 280-294 ms for every schedule
+# over MPI); its all-reduce matched MPI's (459 against 442 ms). Reduce-scatter stays on MPI there (gloo's took 508
+# ms at 16 MiB and 341 ms at 4 MiB).
 FLAT_LATENCY_OPTIMAL = {"all_gather": "recursive_doubling", "reduce_scatter": "recursive_halving",
                         "all_reduce": "recursive_doubling"}
 """pccl's flat schedule of ceil(lg p) steps for a flat layout across latency (Bruck for all-gathers on a node count that
 is not a power of two: recursive doubling would fold in two more steps)."""
 FLAT_VENDOR_FROM_LATENCIES = 8.0
 """A flat all-gather or all-reduce across latency whose full buffer takes at least this many one-way latencies on the
-link goes to the vendor library (``vendor``: gloo for CPU tensors): 16 MiB took ~15 at 1 Gbit/s and RTT 20 ms, where
-gloo won; 4 MiB took ~4, where pccl's lg p schedules and MPI's own won."""
+link goes to the vendor library (``vendor``: gloo for CPU tensors): 16 MiB takes ~15 at 1 Gbit/s and RTT 20 ms, where
+gloo won or tied; 4 MiB ~4, where pccl's lg p schedules and MPI's own won."""
 
 
 def flat_latency_choice(collective: Collective, nbytes: int, ranks: int, inter_bytes_per_s: float,
