@@ -100,10 +100,19 @@ def test_a_rank_a_node_across_latency_takes_lg_p_schedules_then_the_vendor_libra
     # Not a power of two: Bruck, which needs no folding steps.
     assert flat_latency_choice("all_gather", 1 << 20, 6, 108e6, 10.5e-3) == "bruck"
     assert flat_latency_choice("reduce_scatter", 1 << 20, 6, 108e6, 10.5e-3) == "recursive_halving"
-    # A slower link reaches the vendor library's share sooner (200 Mbit/s: 16 MiB is ~64 latencies, 1 MiB ~4).
-    assert flat_latency_choice("all_gather", 16 << 20, 8, 25e6, 10.5e-3) == "vendor"
+    # A slower link reaches the vendor library's share sooner (200 Mbit/s: 4 MiB is ~16 latencies, 1 MiB ~4), and
+    # MPI's large blocks too (16 MiB over 8 ranks: 2 MiB blocks, ~8 latencies).
+    assert flat_latency_choice("all_gather", 4 << 20, 8, 25e6, 10.5e-3) == "vendor"
+    assert flat_latency_choice("all_gather", 16 << 20, 8, 25e6, 10.5e-3) == "mpi"
     assert flat_latency_choice("all_gather", 1 << 20, 8, 25e6, 10.5e-3) == "recursive_doubling"
-    # All-to-all keeps its own rule; RTT 1 ms is outside the regime.
+    # Blocks of more than 5 latencies on the link (64 MiB over 8 ranks: 8 MiB, ~7): MPI's own steps, for all-gather
+    # and all-to-all alike; all-reduce stays with the vendor library.
+    assert flat_latency_choice("all_gather", 64 << 20, 8, 108e6, 10.5e-3) == "mpi"
+    assert flat_latency_choice("all_reduce", 64 << 20, 8, 108e6, 10.5e-3) == "vendor"
+    assert networked_choice("all_to_all", 16 << 20, 8, 108e6, **far) == "vendor"
+    assert networked_choice("all_to_all", 64 << 20, 8, 108e6, **far) == "mpi"
+    assert networked_choice("all_to_all", 64 << 20, 4, 108e6, inter_latency_s=10.5e-3, local_size=2) == "mpi"
+    # RTT 1 ms is outside the regime.
     assert networked_choice("all_to_all", 1 << 20, 8, 108e6, **far) == "vendor"
     for collective in expected:
         assert networked_choice(collective, 1 << 20, 8, 108e6, inter_latency_s=0.7e-3, local_size=1) == \

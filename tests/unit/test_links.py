@@ -128,13 +128,14 @@ def test_a_profile_leaves_links_slower_to_answer_than_it_was_trained_on_to_the_l
 
 def test_a_cached_entry_is_rechecked_long_enough_to_see_the_bandwidth(tmp_path, monkeypatch) -> None:
     """At 10 ms one way a 64 KiB exchange is one round trip at 200 Mbit/s and at 1 Gbit/s alike: the check grows with
-    the cached latency, so a testbed re-shaped from 200 Mbit/s to 1 Gbit/s (same hosts) is measured again."""
+    the cached latency, so a testbed re-shaped from 200 Mbit/s to 1 Gbit/s (same hosts) is measured again; and a small
+    exchange checks the latency, so one re-shaped from RTT 20 ms to 1 ms is too."""
     from types import SimpleNamespace
 
     from pccl_torch.topology import Topology as Topo
 
-    def wire(bytes_per_s: float):
-        return lambda transport, peer, nbytes, rounds, device=None: [2 * 10e-3 + nbytes / bytes_per_s] * rounds
+    def wire(bytes_per_s: float, latency_s: float = 10e-3):
+        return lambda transport, peer, nbytes, rounds, device=None: [latency_s + nbytes / bytes_per_s] * rounds
 
     control = SimpleNamespace(broadcast_json=lambda value, root=0: value)
     comm = SimpleNamespace(topology=Topo(0, 4, 2, hosts=2), control=control, inter=object(), intra=object(),
@@ -145,3 +146,11 @@ def test_a_cached_entry_is_rechecked_long_enough_to_see_the_bandwidth(tmp_path, 
     assert links._cached(comm, path, "key") is None
     monkeypatch.setattr(links, "_exchange", wire(24.4e6))  # still 200 Mbit/s
     assert links._cached(comm, path, "key").inter.bytes_per_s == 24.4e6
+    # Re-shaped to RTT 1 ms at the same rate: the 8 MiB bandwidth check alone took 0.8 of its expected time.
+    links._write_cache(path, "key", Links(Link(2e-5, 3e9), Link(10.2e-3, 108e6), "measured"))
+    monkeypatch.setattr(links, "_exchange", wire(120e6, 0.6e-3))
+    assert links._cached(comm, path, "key") is None
+    # No delay either side: latencies of tens of microseconds, twice as long from run to run, keep the entry.
+    links._write_cache(path, "key", Links(Link(2e-5, 3e9), Link(20e-6, 118e6), "measured"))
+    monkeypatch.setattr(links, "_exchange", wire(118e6, 50e-6))
+    assert links._cached(comm, path, "key") is not None
