@@ -130,25 +130,26 @@ LATENCY_OPTIMAL = {"all_gather": "bruck", "reduce_scatter": "recursive_halving",
 of two), against N-1 for the ring and the pipelined plan's steps in every chunk."""
 LATENCY_ALL_TO_ALL = "vendor"
 """An all-to-all across a link in the latency regime whose blocks MPI would exchange in turn (up to blocks of
-:data:`VENDOR_BLOCK_LATENCIES`): the vendor library's
+:data:`VENDOR_BLOCK_BYTES`): the vendor library's
 (gloo on CPUs posts every message at once). 4 x 2 at RTT 20 ms: gloo 36 / 83 / 258 ms at 1 / 4 / 16 MiB against
 MPICH's 130-135 / 164-216 / 394-704 ms (pairwise: a round trip a step) and pccl's two-level hier:mpi 74 / 123 /
 331 ms; at 64-256 KiB (blocks of 8-32 KiB, posted at once) MPICH 22.7-24.3 ms, gloo 25.3-25.5 ms."""
-VENDOR_BLOCK_LATENCIES = 5.0
-"""Where the block each step of an all-to-all or a flat all-gather sends (a rank's share: ``nbytes / ranks``) takes
-longer than this many one-way latencies on the link, MPI's own steps move it faster than the vendor library, and
-their round trips no longer matter: 8 MiB blocks (64 MiB on 8 ranks, ~7 latencies at 1 Gbit/s and RTT 20 ms): MPICH's
+VENDOR_BLOCK_BYTES = 4 << 20
+"""Blocks larger than this, which each step of an all-to-all or a flat all-gather sends (a rank's share:
+``nbytes / ranks``), stay on MPI's own steps across latency: the round trip of each is a small share, and MPI moved
+them faster than the vendor library. At 1 Gbit/s and RTT 20 ms, 8 MiB blocks (64 MiB on 8 ranks): MPICH's
 all-to-all 886 ms against gloo's 1176 on 8 x 1 and 999 against 1260 on 4 x 2, its all-gather 862 against 1180 on
-8 x 1; 2 MiB blocks (~2 latencies): gloo's 240-309 ms against MPICH's 409-462 (all-to-all), 244 against 297
-(all-gather); at 200 Mbit/s (4 x 2, relay at nice -10), 2 MiB blocks (~8 latencies): MPICH 1133 ms, gloo 1270."""
+8 x 1; 2 MiB blocks: gloo's 240-309 ms against MPICH's 409-462 (all-to-all), 244 against 297 (all-gather). At
+200 Mbit/s, 2 MiB blocks: gloo's all-gather 619 ms against MPICH's 702 (8 x 1), but MPICH's all-to-all 1133 against
+gloo's 1270 (4 x 2, relay at nice -10). Why MPI's large blocks move faster is not known: the bound was measured at
+1 Gbit/s, between 2 and 8 MiB."""
 LG_P_SCHEDULES = frozenset({"bruck", "recursive_doubling", "recursive_halving"})
 """MPI's flat schedules of ceil(lg p) steps (MPICH's for small all-gathers and reduce-scatters)."""
 
 
-def blocks_outlast_latency(nbytes: int, ranks: int, inter_bytes_per_s: float, inter_latency_s: float) -> bool:
-    """Whether a rank's block of a call of ``nbytes`` over ``ranks`` ranks takes more than
-    :data:`VENDOR_BLOCK_LATENCIES` one-way latencies on the link."""
-    return nbytes / max(ranks, 1) / inter_bytes_per_s > VENDOR_BLOCK_LATENCIES * inter_latency_s
+def large_blocks(nbytes: int, ranks: int) -> bool:
+    """Whether a rank's block of a call of ``nbytes`` over ``ranks`` ranks is over :data:`VENDOR_BLOCK_BYTES`."""
+    return nbytes / max(ranks, 1) > VENDOR_BLOCK_BYTES
 
 
 def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
@@ -188,12 +189,10 @@ def flat_latency_choice(collective: Collective, nbytes: int, ranks: int, inter_b
     (:data:`LATENCY_REGIME_S`): MPI's own where MPICH runs a lg p schedule, pccl's lg p one
     (:data:`FLAT_LATENCY_OPTIMAL`) where MPICH would run its ring or pairwise steps, the vendor library for
     all-gathers and all-reduces of many latencies' worth of bytes (:data:`FLAT_VENDOR_FROM_LATENCIES`), but MPI's own
-    for all-gathers of blocks that outlast :data:`VENDOR_BLOCK_LATENCIES`."""
+    for all-gathers of blocks over :data:`VENDOR_BLOCK_BYTES`."""
     link_s = nbytes / inter_bytes_per_s
     if collective != "reduce_scatter" and link_s >= FLAT_VENDOR_FROM_LATENCIES * inter_latency_s:
-        large_blocks = collective == "all_gather" and blocks_outlast_latency(nbytes, ranks, inter_bytes_per_s,
-                                                                             inter_latency_s)
-        return "mpi" if large_blocks else "vendor"
+        return "mpi" if collective == "all_gather" and large_blocks(nbytes, ranks) else "vendor"
     if collective == "all_reduce":
         steps = max(ranks - 1, 1).bit_length()  # recursive doubling: the whole buffer crosses at each step
         return FLAT_LATENCY_OPTIMAL[collective] if latency_bound(nbytes * steps, 1, inter_bytes_per_s,
@@ -218,7 +217,7 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
         far = inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S
         ranks = max(nodes * local_size, 1)
         steps_in_turn = mpich_all_to_all(nbytes / ranks, ranks) == "pairwise"
-        vendor = far and steps_in_turn and not blocks_outlast_latency(nbytes, ranks, inter_bytes_per_s, inter_latency_s)
+        vendor = far and steps_in_turn and not large_blocks(nbytes, ranks)
         return LATENCY_ALL_TO_ALL if vendor else NETWORK_ALL_TO_ALL
     if local_size == 1 and inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S:
         return flat_latency_choice(collective, nbytes, nodes, inter_bytes_per_s, inter_latency_s)

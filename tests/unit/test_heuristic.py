@@ -100,13 +100,12 @@ def test_a_rank_a_node_across_latency_takes_lg_p_schedules_then_the_vendor_libra
     # Not a power of two: Bruck, which needs no folding steps.
     assert flat_latency_choice("all_gather", 1 << 20, 6, 108e6, 10.5e-3) == "bruck"
     assert flat_latency_choice("reduce_scatter", 1 << 20, 6, 108e6, 10.5e-3) == "recursive_halving"
-    # A slower link reaches the vendor library's share sooner (200 Mbit/s: 4 MiB is ~16 latencies, 1 MiB ~4), and
-    # MPI's large blocks too (16 MiB over 8 ranks: 2 MiB blocks, ~8 latencies).
+    # A slower link reaches the vendor library's share sooner (200 Mbit/s: 4 MiB is ~16 latencies, 1 MiB ~4).
     assert flat_latency_choice("all_gather", 4 << 20, 8, 25e6, 10.5e-3) == "vendor"
-    assert flat_latency_choice("all_gather", 16 << 20, 8, 25e6, 10.5e-3) == "mpi"
+    assert flat_latency_choice("all_gather", 16 << 20, 8, 25e6, 10.5e-3) == "vendor"
     assert flat_latency_choice("all_gather", 1 << 20, 8, 25e6, 10.5e-3) == "recursive_doubling"
-    # Blocks of more than 5 latencies on the link (64 MiB over 8 ranks: 8 MiB, ~7): MPI's own steps, for all-gather
-    # and all-to-all alike; all-reduce stays with the vendor library.
+    # Blocks over 4 MiB (64 MiB over 8 ranks): MPI's own steps, for all-gather and all-to-all alike; all-reduce stays
+    # with the vendor library.
     assert flat_latency_choice("all_gather", 64 << 20, 8, 108e6, 10.5e-3) == "mpi"
     assert flat_latency_choice("all_reduce", 64 << 20, 8, 108e6, 10.5e-3) == "vendor"
     assert networked_choice("all_to_all", 16 << 20, 8, 108e6, **far) == "vendor"
