@@ -159,7 +159,7 @@ class Choice:
         # (heuristic.flat_latency_choice).
         latency_s, bytes_per_s = self._inter_link()
         flat_far = comm.device.type == "cpu" and (
-            collective == "all_to_all" or (bool(bytes_per_s) and latency_s >= heuristic.LATENCY_REGIME_S))
+            collective == "all_to_all" or heuristic.in_latency_regime(bytes_per_s, latency_s))
         if not name and topo.networked and (topo.is_hierarchical or flat_far) and not (
                 self.selector is not None and self.selector.covers(collective, nbytes, topo, dtype.itemsize, self.links)):
             # A profile trained without such a network cannot tell it from a memory bus: the measured rule decides.
@@ -176,7 +176,8 @@ class Choice:
             # are cut as the GPU model of their choice predicts best (the fixed size was measured on CPUs: 32 chunks
             # of a 256 MiB call, where the model's best is 4, take it to 0.5-0.7x of NCCL's time, by the model).
             gpu = cuda_rule.cuda_machine() if comm.device.type == "cuda" and topo.networked else None
-            latency_s, bytes_per_s = self._inter_link() if topo.networked else (0.0, None)
+            if not topo.networked:  # the link measured between emulated nodes sharing memory is no network's
+                latency_s, bytes_per_s = 0.0, None
             chunks = pipeline_chunks(collective, nbytes, topo.num_nodes, topo.local_size, gpu, plan.name,
                                      inter_latency_s=latency_s, inter_bytes_per_s=bytes_per_s)
             # One chunk has nothing to overlap: its unpipelined form (the same levels, unchunked) runs it.

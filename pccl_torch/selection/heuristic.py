@@ -152,11 +152,17 @@ def large_blocks(nbytes: int, ranks: int) -> bool:
     return nbytes / max(ranks, 1) > VENDOR_BLOCK_BYTES
 
 
+def in_latency_regime(inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
+    """Whether the measured inter-node link (a bandwidth, None unmeasured) is one of :data:`LATENCY_REGIME_S` or more
+    one way: the rules of links with latency apply."""
+    return bool(inter_bytes_per_s) and inter_latency_s >= LATENCY_REGIME_S
+
+
 def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
     """Whether a call of ``nbytes`` (full buffer) is latency-bound between nodes: a link in the latency regime
-    (:data:`LATENCY_REGIME_S`) that moves the call's inter-node bytes (``nbytes / local_size``) in less than
+    (:func:`in_latency_regime`) that moves the call's inter-node bytes (``nbytes / local_size``) in less than
     :data:`LATENCY_BOUND_SPAN` one-way latencies."""
-    if not inter_bytes_per_s or inter_latency_s < LATENCY_REGIME_S:
+    if not in_latency_regime(inter_bytes_per_s, inter_latency_s):
         return False
     return nbytes / max(local_size, 1) / inter_bytes_per_s < LATENCY_BOUND_SPAN * inter_latency_s
 
@@ -214,12 +220,12 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     to the hierarchy with the fewest steps between nodes (:data:`LATENCY_OPTIMAL`), and all-to-alls of large
     blocks to the vendor library (:data:`LATENCY_ALL_TO_ALL`)."""
     if collective == "all_to_all":
-        far = inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S
+        far = in_latency_regime(inter_bytes_per_s, inter_latency_s)
         ranks = max(nodes * local_size, 1)
         steps_in_turn = mpich_all_to_all(nbytes / ranks, ranks) == "pairwise"
         vendor = far and steps_in_turn and not large_blocks(nbytes, ranks)
         return LATENCY_ALL_TO_ALL if vendor else NETWORK_ALL_TO_ALL
-    if local_size == 1 and inter_bytes_per_s and inter_latency_s >= LATENCY_REGIME_S:
+    if local_size == 1 and in_latency_regime(inter_bytes_per_s, inter_latency_s):
         return flat_latency_choice(collective, nbytes, nodes, inter_bytes_per_s, inter_latency_s)
     uneven = nodes & (nodes - 1) and collective != "all_gather"
     hier_from = NETWORK_HIER_FROM[collective]
