@@ -145,11 +145,27 @@ gloo's 1270 (4 x 2, relay at nice -10). Why MPI's large blocks move faster is no
 1 Gbit/s, between 2 and 8 MiB."""
 LG_P_SCHEDULES = frozenset({"bruck", "recursive_doubling", "recursive_halving"})
 """MPI's flat schedules of ceil(lg p) steps (MPICH's for small all-gathers and reduce-scatters)."""
+LG_P_FLAT_FROM_LATENCY_S = 0.4e-3
+"""Across a measured link of this one-way latency or more (racks apart, a region's zones), all-gathers and
+reduce-scatters stay MPI's own while MPICH runs a lg p schedule (:func:`flat_runs_lg_p`): its ceil(lg p) steps cross
+nodes as few times as the hierarchy's, which only adds its phases inside the nodes. On the testbed at RTT 1 ms (4 x 2,
+1 Gbit/s, 0.58-0.63 ms measured one way; relay in the real-time class, 2026-12-07, two runs) MPICH's 256 KiB
+all-gather took 5.3 / 6.2 ms against 5.9-8.2 ms for pccl's hierarchies, its reduce-scatter 6.5 / 5.5 ms against
+7.9-12.5 ms; from 1 MiB (ring, pairwise) the hierarchy's reduce-scatter won (12.4-16.3 ms against 16.9-20.5). Without
+added delay (0.02-0.2 ms measured) the hierarchy won at 256 KiB on 2 x 2 (:data:`NETWORK_HIER_LINK_SECONDS`)."""
 
 
 def large_blocks(nbytes: int, ranks: int) -> bool:
     """Whether a rank's block of a call of ``nbytes`` over ``ranks`` ranks is over :data:`VENDOR_BLOCK_BYTES`."""
     return nbytes / max(ranks, 1) > VENDOR_BLOCK_BYTES
+
+
+def flat_runs_lg_p(collective: Collective, nbytes: int, ranks: int, inter_bytes_per_s: float | None,
+                   inter_latency_s: float) -> bool:
+    """Whether an all-gather or reduce-scatter of ``nbytes`` over ``ranks`` ranks stays MPI's own across the measured
+    link: one of :data:`LG_P_FLAT_FROM_LATENCY_S` or more one way, where MPICH runs a lg p schedule."""
+    return bool(inter_bytes_per_s) and inter_latency_s >= LG_P_FLAT_FROM_LATENCY_S and \
+        collective in ("all_gather", "reduce_scatter") and flat_choice(collective, nbytes, ranks) in LG_P_SCHEDULES
 
 
 def in_latency_regime(inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
@@ -216,9 +232,10 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     node count that is not a power of two, all-reduce and reduce-scatter go over the ring between nodes from
     :data:`NETWORK_RING_FROM`. ``inter_bytes_per_s``: the inter-node link's measured bandwidth, which moves the
     all-gather and reduce-scatter threshold down on slow links (:data:`NETWORK_HIER_LINK_SECONDS`);
-    ``inter_latency_s``: its measured one-way latency, which sends latency-bound calls (:func:`latency_bound`)
-    to the hierarchy with the fewest steps between nodes (:data:`LATENCY_OPTIMAL`), and all-to-alls of large
-    blocks to the vendor library (:data:`LATENCY_ALL_TO_ALL`)."""
+    ``inter_latency_s``: its measured one-way latency, which keeps MPI's own lg p schedules flat
+    (:func:`flat_runs_lg_p`), sends latency-bound calls (:func:`latency_bound`) to the hierarchy with the fewest steps
+    between nodes (:data:`LATENCY_OPTIMAL`), and all-to-alls of large blocks to the vendor library
+    (:data:`LATENCY_ALL_TO_ALL`)."""
     if collective == "all_to_all":
         far = in_latency_regime(inter_bytes_per_s, inter_latency_s)
         ranks = max(nodes * local_size, 1)
@@ -231,11 +248,9 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":
         hier_from = min(hier_from, int(inter_bytes_per_s * NETWORK_HIER_LINK_SECONDS))
+    if flat_runs_lg_p(collective, nbytes, nodes * local_size, inter_bytes_per_s, inter_latency_s):
+        return "mpi"
     if latency_bound(nbytes, local_size, inter_bytes_per_s, inter_latency_s):
-        # All-gather and reduce-scatter stay MPI's own where it runs a lg p schedule (flat_choice): it crosses
-        # nodes as few times as the hierarchy, which only adds its phases inside the nodes.
-        if collective != "all_reduce" and flat_choice(collective, nbytes, nodes * local_size) in LG_P_SCHEDULES:
-            return "mpi"
         return HIER_PREFIX + LATENCY_OPTIMAL[collective]
     if nbytes < (NETWORK_RING_FROM if uneven else hier_from):
         return "mpi"

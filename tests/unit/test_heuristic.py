@@ -58,7 +58,8 @@ def test_networked_rule_moves_with_the_measured_link() -> None:
 
 def test_latency_bound_calls_take_the_fewest_steps_between_nodes() -> None:
     """Links measured at 10 ms one way, 107 MB/s (the testbed at RTT 20 ms): a call whose inter-node bytes take less
-    than two latencies runs the lg N schedule between nodes; at 0.7 ms (RTT 1 ms) the rules of no latency stand."""
+    than two latencies runs the lg N schedule between nodes; at 0.7 ms (RTT 1 ms) the rules of no latency stand but for
+    MPICH's lg p schedules, which stay flat (test_lg_p_schedules_stay_flat_across_links_with_latency)."""
     from pccl_torch.selection.heuristic import networked_choice
 
     far = {"inter_latency_s": 10.2e-3, "local_size": 2}
@@ -79,6 +80,27 @@ def test_latency_bound_calls_take_the_fewest_steps_between_nodes() -> None:
         assert networked_choice(collective, nbytes, 4, 107e6, **near) == networked_choice(collective, nbytes, 4, 107e6)
     # No bandwidth measured: no latency rule either.
     assert networked_choice("all_reduce", 64 << 10, 4, None, **far) == "mpi"
+
+
+def test_lg_p_schedules_stay_flat_across_links_with_latency() -> None:
+    """From 0.4 ms one way (the testbed at RTT 1 ms: 0.6 ms), an all-gather or reduce-scatter that MPICH runs in lg p
+    steps (below 512 KiB on a power-of-two rank count) stays MPI's own; without latency, or where MPICH would step
+    around a ring or pairwise, the hierarchy as before; all-reduce is untouched."""
+    from pccl_torch.selection.heuristic import flat_runs_lg_p, networked_choice
+
+    near = {"inter_latency_s": 0.6e-3, "local_size": 2}
+    for collective in ("all_gather", "reduce_scatter"):
+        assert networked_choice(collective, 256 << 10, 4, 122e6, **near) == "mpi"
+        assert networked_choice(collective, 256 << 10, 4, 122e6) == "hier:mpi"
+        assert networked_choice(collective, 256 << 10, 4, 122e6, inter_latency_s=0.2e-3, local_size=2) == "hier:mpi"
+        assert networked_choice(collective, 1 << 20, 4, 122e6, **near) == networked_choice(collective, 1 << 20, 4, 122e6)
+        assert not flat_runs_lg_p(collective, 256 << 10, 8, None, 0.6e-3)  # no link measured
+    # 6 ranks: MPICH's 256 KiB all-gather is a ring (recursive doubling needs a power of two), its reduce-scatter
+    # recursive halving.
+    assert networked_choice("all_gather", 256 << 10, 3, 122e6, **near) == "hier:mpi"
+    assert networked_choice("reduce_scatter", 256 << 10, 3, 122e6, **near) == "mpi"
+    for nbytes in (64 << 10, 256 << 10, 4 << 20):
+        assert networked_choice("all_reduce", nbytes, 4, 122e6, **near) == networked_choice("all_reduce", nbytes, 4, 122e6)
 
 
 def test_a_rank_a_node_across_latency_takes_lg_p_schedules_then_the_vendor_library() -> None:
