@@ -6,7 +6,7 @@ time (``costs.best_chunks``) among powers of two, no chunk smaller than ``costs.
 full buffer. Without machine parameters, chunks of :data:`DEFAULT_CHUNK_BYTES` (on the 1 Gbit/s testbed,
 1 MiB chunks of the full buffer were as fast as any count tried, 1 to 64, at 4-64 MiB). ``PCCL_PIPELINE_CHUNKS=k``
 fixes the count (read once per process; for measurements such as pipelined vs unpipelined). Over a link with
-latency no chunk is cut shorter than a few of its latencies (:func:`latency_chunk_cap`).
+latency no chunk is cut shorter than a few of its latencies, nor under 2 MiB (:func:`latency_chunk_cap`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import functools
 import os
 
 from pccl_torch.plan import HIER_PREFIX, PIPELINED
+from pccl_torch.selection.heuristic import HAS_LATENCY_FROM_S
 from pccl_torch.sim.costs import best_chunks, max_chunks, pipelined_time, predict
 from pccl_torch.sim.machine import MachineProfile
 
@@ -44,18 +45,30 @@ def _fixed_chunks() -> int | None:
 #: Over a link with latency, each chunk's inter-node bytes take at least this many one-way latencies: every chunk
 #: pays its inter-node steps' latency. On the testbed (4 x 2, 1 Gbit/s, RTT 20 ms, 2026-12-07) the 1 MiB chunks of
 #: a 16 MiB all-gather / all-reduce (16 chunks) took 555 / 849 ms, against 194-225 / 290-442 ms in 1 or 2 chunks;
-#: at RTT 1 ms the cap leaves the default chunks as they are.
+#: at RTT 1 ms the span alone would leave the default chunks as they are (but see :data:`LATENCY_MIN_CHUNK_BYTES`).
 LATENCY_CHUNK_SPAN = 3.0
+#: Across a link with latency (``heuristic.HAS_LATENCY_FROM_S`` or more one way) no chunk is smaller than this much of
+#: the full buffer. On the testbed (4 x 2, 1 Gbit/s, 2026-12-07, ``PCCL_PIPELINE_CHUNKS`` 2 / 4 / 8 / 16 beside
+#: ``hier:mpi``, ``benchmarks/results/latency-regime/chunks/``) at RTT 1 ms the 4 MiB all-reduce took 63 / 70 / 84 /
+#: 111 ms against 65-69 unpipelined, the all-gather 42 / 40 / 55 / 64 against 35-41; chunks of 2 MiB were within 5%
+#: of the unpipelined plan at 4 and 16 MiB, where 512 KiB and 256 KiB ones lost 20-70%. Without added delay
+#: 512 KiB chunks still kept up and 8 chunks of 16 MiB won 3-12%.
+LATENCY_MIN_CHUNK_BYTES = 2 << 20
 
 
 def latency_chunk_cap(nbytes: int, local_size: int, inter_latency_s: float, inter_bytes_per_s: float | None) -> int:
     """The most chunks a call of ``nbytes`` (full buffer) may be cut into over an inter-node link of one-way latency
     ``inter_latency_s`` and bandwidth ``inter_bytes_per_s``: each chunk's share of the inter-node bytes
-    (``nbytes / local_size``) lasts :data:`LATENCY_CHUNK_SPAN` latencies. Unbounded (a large number) unmeasured."""
+    (``nbytes / local_size``) lasts :data:`LATENCY_CHUNK_SPAN` latencies, and across a link with latency
+    (``heuristic.HAS_LATENCY_FROM_S``) each chunk is :data:`LATENCY_MIN_CHUNK_BYTES` of the buffer or more. Unbounded
+    (a large number) unmeasured."""
     if not inter_bytes_per_s or inter_latency_s <= 0:
         return 1 << 30
     least = LATENCY_CHUNK_SPAN * inter_latency_s * inter_bytes_per_s
-    return max(1, int(nbytes / max(local_size, 1) // least))
+    cap = int(nbytes / max(local_size, 1) // least)
+    if inter_latency_s >= HAS_LATENCY_FROM_S:
+        cap = min(cap, nbytes // LATENCY_MIN_CHUNK_BYTES)
+    return max(1, cap)
 
 
 def pipeline_chunks(collective: str, nbytes: int, nodes: int, local_size: int,

@@ -59,7 +59,7 @@ def test_networked_non_power_of_two_nodes_reduce_over_the_ring() -> None:
 def test_links_with_latency_move_the_choice_and_the_chunks() -> None:
     """The links measured at ``init()`` reach the choice: at 10 ms one way (RTT 20 ms), 107 MB/s, a latency-bound
     all-reduce runs recursive doubling between nodes, and a pipelined one is cut into chunks that each last three
-    latencies between nodes (2 of a 16 MiB call, not 16); at RTT 1 ms the chunks of no latency stand."""
+    latencies between nodes (2 of a 16 MiB call, not 16); at RTT 1 ms into chunks of 2 MiB (8, not 16)."""
     from pccl_torch.selection import links
 
     far = Choice(overrides={}, links=links.Links(links.Link(2e-5, 3e9), links.Link(10.2e-3, 107e6), "measured"))
@@ -85,7 +85,7 @@ def test_links_with_latency_move_the_choice_and_the_chunks() -> None:
     assert near.plan(spread, "all_gather", None, 1 << 20, torch.float32).name != "recursive_doubling"
     near = Choice(overrides={}, links=near.links)
     assert near.plan(networked, "all_to_all", None, 1 << 20, torch.float32).name == "mpi"
-    assert near.plan(networked, "all_reduce", None, 16 << 20, torch.float32).chunks == 16
+    assert near.plan(networked, "all_reduce", None, 16 << 20, torch.float32).chunks == 8
     assert near.plan(networked, "all_reduce", None, 64 << 10, torch.float32).name == "mpi"
 
 
@@ -226,6 +226,10 @@ def test_pipeline_chunks(monkeypatch) -> None:
     assert pipeline_chunks("all_reduce", 16 << 20, 4, 2, None, inter_latency_s=10e-3, inter_bytes_per_s=107e6) == 2
     assert pipeline_chunks("all_reduce", 4 << 20, 4, 2, None, inter_latency_s=10e-3, inter_bytes_per_s=107e6) == 1
     assert pipeline_chunks("all_reduce", 16 << 20, 4, 2, None, inter_latency_s=20e-6, inter_bytes_per_s=107e6) == 16
+    # RTT 1 ms (0.6 ms one way): chunks of 2 MiB or more, where the latency span alone would allow 1 MiB ones.
+    assert pipeline_chunks("all_reduce", 16 << 20, 4, 2, None, inter_latency_s=0.6e-3, inter_bytes_per_s=122e6) == 8
+    assert pipeline_chunks("all_gather", 4 << 20, 4, 2, None, inter_latency_s=0.6e-3, inter_bytes_per_s=122e6) == 2
+    assert pipeline_chunks("all_gather", 3 << 20, 4, 2, None, inter_latency_s=0.6e-3, inter_bytes_per_s=122e6) == 1
 
 
 def _imports(module: Path) -> set[str]:
