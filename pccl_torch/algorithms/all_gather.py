@@ -22,9 +22,11 @@ def _place_own(out: torch.Tensor, inp: torch.Tensor, blocks: Blocks, rank: int) 
 def ring(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) -> None:
     r, p = t.rank, t.size
     _place_own(out, inp, blocks, r)
+    posted: list = []  # every block is written once, before it is sent: the sends complete at the end
     for step in range(p - 1):
-        t.sendrecv(blocks.block(out, (r - step) % p), (r + 1) % p,
-                   blocks.block(out, (r - step - 1) % p), (r - 1) % p)
+        t.sendrecv_posted(blocks.block(out, (r - step) % p), (r + 1) % p,
+                          blocks.block(out, (r - step - 1) % p), (r - 1) % p, posted)
+    t.complete_posted(posted)
 
 
 @register("all_gather", "recursive_doubling",
@@ -42,14 +44,16 @@ def recursive_doubling(t: Transport, out: torch.Tensor, inp: torch.Tensor, block
         t.recv(blocks.block(out, r + 1), r + 1)
     v = fold.virtual(r)
     dist = 1
+    posted: list = []  # a step receives into blocks no send reads: the sends complete at the end
     while dist < fold.pof2:
         mine, theirs = v // dist * dist, (v ^ dist) // dist * dist  # first virtual rank of each range
         peer = fold.first_rank(v ^ dist)
-        t.sendrecv(blocks.span(out, fold.first_rank(mine), fold.first_rank(mine + dist)), peer,
-                   blocks.span(out, fold.first_rank(theirs), fold.first_rank(theirs + dist)), peer)
+        t.sendrecv_posted(blocks.span(out, fold.first_rank(mine), fold.first_rank(mine + dist)), peer,
+                          blocks.span(out, fold.first_rank(theirs), fold.first_rank(theirs + dist)), peer, posted)
         dist *= 2
     if fold.has_extra(r):
         t.send(out, r + 1)
+    t.complete_posted(posted)
 
 
 @register("all_gather", "bruck",
@@ -65,9 +69,11 @@ def bruck(t: Transport, out: torch.Tensor, inp: torch.Tensor, blocks: Blocks) ->
     work = scratch.empty_like("all_gather.bruck.work", out)
     layout.block(work, 0).copy_(inp)
     dist = 1
+    posted: list = []  # a step receives past everything sent so far: the sends complete at the end
     while dist < p:
         count = min(dist, p - dist)
-        t.sendrecv(layout.span(work, 0, count), (r - dist) % p,
-                   layout.span(work, dist, dist + count), (r + dist) % p)
+        t.sendrecv_posted(layout.span(work, 0, count), (r - dist) % p,
+                          layout.span(work, dist, dist + count), (r + dist) % p, posted)
         dist *= 2
     rotate_(work, out, blocks.offsets[r])  # work starts with block r: shift it to offset of block r
+    t.complete_posted(posted)

@@ -52,17 +52,19 @@ def recursive_halving(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks
         reduce_(work, incoming_all, op)
     v = fold.virtual(r)
     lo, dist = 0, fold.pof2 // 2  # this rank's virtual range is [lo, lo + 2 * dist)
+    posted: list = []  # a step reduces into the half it keeps, never into one it sent: the sends complete at the end
     while dist >= 1:
         keep_lo, send_lo = (lo, lo + dist) if v < lo + dist else (lo + dist, lo)
         keep = blocks.span(work, fold.first_rank(keep_lo), fold.first_rank(keep_lo + dist))
         incoming = incoming_all[: keep.numel()]
-        t.sendrecv(blocks.span(work, fold.first_rank(send_lo), fold.first_rank(send_lo + dist)),
-                   fold.first_rank(v ^ dist), incoming, fold.first_rank(v ^ dist))
+        t.sendrecv_posted(blocks.span(work, fold.first_rank(send_lo), fold.first_rank(send_lo + dist)),
+                          fold.first_rank(v ^ dist), incoming, fold.first_rank(v ^ dist), posted)
         reduce_(keep, incoming, op)
         lo, dist = keep_lo, dist // 2
     out.copy_(blocks.block(work, r))
     if fold.has_extra(r):
         t.send(blocks.block(work, r + 1), r + 1)
+    t.complete_posted(posted)
 
 
 @register("reduce_scatter", "pairwise",
@@ -72,7 +74,9 @@ def pairwise(t: Transport, inp: torch.Tensor, out: torch.Tensor, blocks: Blocks,
     r, p = t.rank, t.size
     out.copy_(blocks.block(inp, r))
     incoming = scratch.empty_like("reduce_scatter.pairwise.incoming", out)
+    posted: list = []  # the sends read the input, never written: they complete at the end
     for step in range(1, p):
         dest = (r + step) % p
-        t.sendrecv(blocks.block(inp, dest), dest, incoming, (r - step) % p)
+        t.sendrecv_posted(blocks.block(inp, dest), dest, incoming, (r - step) % p, posted)
         reduce_(out, incoming, op)
+    t.complete_posted(posted)

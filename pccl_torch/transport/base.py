@@ -78,6 +78,20 @@ class Transport(abc.ABC):
     def sendrecv(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int) -> None:
         """Send ``send`` to ``dest`` while receiving ``recv`` from ``source`` (deadlock-free exchange)."""
 
+    def sendrecv_posted(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int,
+                        posted: list) -> None:
+        """:meth:`sendrecv` that may return once ``recv`` has arrived, with the send still in flight: it is then
+        kept in ``posted`` until :meth:`complete_posted`, and ``send`` must not be written before that. For the
+        schedules whose send buffers are never written again (all-gathers, reduce-scatter by recursive halving or
+        pairwise, all-to-all): where a transport reports a send complete only once its peer has acknowledged it,
+        waiting for that every step costs a round trip a step instead of a one-way latency. Here: a plain
+        :meth:`sendrecv`."""
+        self.sendrecv(send, dest, recv, source)
+
+    def complete_posted(self, posted: list) -> None:
+        """Complete the sends :meth:`sendrecv_posted` left in ``posted`` (within the deadline) and empty it."""
+        posted.clear()
+
     # Native collectives: the group's own implementation (MPI library, NCCL/gloo), used by the
     # "mpi"/"vendor" algorithms and by the intra-node phase of the hierarchical compositions.
     def native_all_gather(self, out: torch.Tensor, inp: torch.Tensor) -> None:

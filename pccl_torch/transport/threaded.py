@@ -116,6 +116,20 @@ class ThreadedTransport(Transport):
         self.send(send, dest)  # queued, so sending first cannot deadlock
         self.recv(recv, source)
 
+    def sendrecv_posted(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int,
+                        posted: list) -> None:
+        """Exchanges at once, and keeps the send buffer with a copy of its bytes: :meth:`complete_posted` checks the
+        contract a transport with sends in flight relies on (no schedule writes a posted send's buffer before)."""
+        self.sendrecv(send, dest, recv, source)
+        posted.append((send, send.clone()))
+
+    def complete_posted(self, posted: list) -> None:
+        for send, sent in posted:
+            if not torch.equal(send.reshape(-1).view(torch.uint8), sent.reshape(-1).view(torch.uint8)):
+                raise RuntimeError(f"rank {self._rank}: a send buffer was written while its send was in flight "
+                                   "(before complete_posted)")
+        posted.clear()
+
     def _reduced(self, tensor: torch.Tensor, op: ReduceOp) -> torch.Tensor:
         parts = self._world.exchange(self._rank, tensor)
         return functools.reduce(lambda acc, x: reduce_(acc, x, op), parts[1:], parts[0].clone())

@@ -133,3 +133,51 @@ def test_a_deadlocked_schedule_times_out() -> None:
     world = ThreadedWorld(2, timeout_s=0.5)
     with pytest.raises(TimeoutError, match="no message"):
         world.run(lambda t: t.recv(torch.zeros(1), 1 - t.rank))
+
+
+def test_a_send_buffer_written_while_in_flight_is_caught() -> None:
+    """The in-process transport checks what ``sendrecv_posted`` relies on (the schedules above run under it): a
+    schedule that writes a posted send's buffer before ``complete_posted`` fails."""
+    world = ThreadedWorld(2)
+
+    def careless(t):
+        buf, incoming, posted = torch.arange(4.0), torch.empty(4), []
+        t.sendrecv_posted(buf, 1 - t.rank, incoming, 1 - t.rank, posted)
+        buf += incoming  # written while its send may still be in flight
+        t.complete_posted(posted)
+
+    with pytest.raises(RuntimeError, match="written while its send was in flight"):
+        world.run(careless)
+
+
+@pytest.mark.parametrize("collective, name", [("all_gather", "ring"), ("all_gather", "recursive_doubling"),
+                                               ("all_gather", "bruck"), ("reduce_scatter", "recursive_halving"),
+                                               ("reduce_scatter", "pairwise")])
+def test_schedules_post_their_sends_and_complete_them_at_the_end(collective: str, name: str) -> None:
+    """The schedules whose send buffers are never written again exchange through ``sendrecv_posted`` (a send's
+    completion costs a round trip over MPI across TCP) and complete every posted send before they return."""
+    world, schedule, calls = ThreadedWorld(5), get(collective, name).fn, []
+
+    def rank_fn(t):
+        post, complete = t.sendrecv_posted, t.complete_posted
+
+        def posting(*args):
+            calls.append("posted")
+            return post(*args)
+
+        def completing(posted):
+            calls.append(("completed", len(posted)))
+            return complete(posted)
+
+        t.sendrecv_posted, t.complete_posted = posting, completing
+        inp = torch.ones(5 * 3 if collective == "reduce_scatter" else 3, dtype=torch.float64)
+        out = torch.empty(3 if collective == "reduce_scatter" else 5 * 3, dtype=torch.float64)
+        if collective == "reduce_scatter":
+            schedule(t, inp, out, Blocks.even(5, 3), ReduceOp.SUM)
+        else:
+            schedule(t, out, inp, Blocks.even(5, 3))
+
+    world.run(rank_fn)
+    completions = [c[1] for c in calls if c != "posted"]
+    assert calls.count("posted") > 0, "no send was posted"
+    assert calls.count("posted") == sum(completions), "a posted send was never completed"
