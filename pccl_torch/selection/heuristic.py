@@ -195,7 +195,10 @@ def latency_bound(nbytes: int, local_size: int, inter_bytes_per_s: float | None,
 # (122 against 135 ms at 1 MiB), and lost at 4 MiB (231 against 202 ms). At 16 MiB, where the call takes many latencies on
 # the link, gloo's all-gather was the fastest (255 ms through pccl's `vendor` against 280-294 ms for every schedule
 # over MPI); its all-reduce matched MPI's (459 against 442 ms). Reduce-scatter stays on MPI there (gloo's took 508
-# ms at 16 MiB and 341 ms at 4 MiB).
+# ms at 16 MiB and 341 ms at 4 MiB). Since pccl's all-gathers and reduce-scatters wait for their receives only
+# (``Transport.sendrecv_posted``) its lg p schedules beat MPICH's own at 4-256 KiB too, where MPICH runs lg p steps
+# that each wait for the send's acknowledgement: recursive doubling all-gather 51-57 ms against 61-66, recursive
+# halving reduce-scatter 50-54 against 61-67 (8 x 1, RTT 20 ms, two runs; fourth-pass/posted-sends/).
 FLAT_LATENCY_OPTIMAL = {"all_gather": "recursive_doubling", "reduce_scatter": "recursive_halving",
                         "all_reduce": "recursive_doubling"}
 """pccl's flat schedule of ceil(lg p) steps for a flat layout across latency (Bruck for all-gathers on a node count that
@@ -209,8 +212,8 @@ gloo won or tied; 4 MiB ~4, where pccl's lg p schedules and MPI's own won."""
 def flat_latency_choice(collective: Collective, nbytes: int, ranks: int, inter_bytes_per_s: float,
                         inter_latency_s: float) -> str:
     """The choice for ``ranks`` nodes of one rank each (a flat layout) across links in the latency regime
-    (:data:`LATENCY_REGIME_S`): MPI's own where MPICH runs a lg p schedule, pccl's lg p one
-    (:data:`FLAT_LATENCY_OPTIMAL`) where MPICH would run its ring or pairwise steps, the vendor library for
+    (:data:`LATENCY_REGIME_S`): pccl's lg p schedule (:data:`FLAT_LATENCY_OPTIMAL`), whose steps wait for their
+    receives only (MPICH's lg p schedules wait for each send too: a round trip a step), the vendor library for
     all-gathers and all-reduces of many latencies' worth of bytes (:data:`FLAT_VENDOR_FROM_LATENCIES`), but MPI's own
     for all-gathers of blocks over :data:`VENDOR_BLOCK_BYTES`."""
     link_s = nbytes / inter_bytes_per_s
@@ -220,8 +223,6 @@ def flat_latency_choice(collective: Collective, nbytes: int, ranks: int, inter_b
         steps = max(ranks - 1, 1).bit_length()  # recursive doubling: the whole buffer crosses at each step
         return FLAT_LATENCY_OPTIMAL[collective] if latency_bound(nbytes * steps, 1, inter_bytes_per_s,
                                                                  inter_latency_s) else "mpi"
-    if flat_choice(collective, nbytes, ranks) in LG_P_SCHEDULES:
-        return "mpi"
     if collective == "all_gather" and ranks & (ranks - 1):
         return "bruck"
     return FLAT_LATENCY_OPTIMAL[collective]

@@ -76,7 +76,7 @@ def test_links_with_latency_move_the_choice_and_the_chunks() -> None:
     far_links = far.links
     far = Choice(overrides={}, links=far_links)  # a Choice serves one communicator: its decisions are kept
     assert far.plan(spread, "all_gather", None, 1 << 20, torch.float32).name == "recursive_doubling"
-    assert far.plan(spread, "all_gather", None, 256 << 10, torch.float32).name == "mpi"
+    assert far.plan(spread, "all_gather", None, 256 << 10, torch.float32).name == "recursive_doubling"
     assert far.plan(spread, "all_reduce", None, 64 << 10, torch.float32).name == "recursive_doubling"
     assert far.plan(spread, "all_reduce", None, 16 << 20, torch.float32).name == "vendor"
     assert Choice(overrides={}, links=far_links).plan(comm(hosts=8, world=8, local=1, device="cuda"), "all_gather",
