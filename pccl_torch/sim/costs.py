@@ -51,6 +51,7 @@ a copy).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -138,6 +139,12 @@ testbed at RTT 20 ms (2026-12-07, mpi4py in two namespaces): MPICH over libfabri
 injected: 0.1 ms), so each exchange step of a schedule took 20.5-22.4 ms, not 10; gloo's ring steps the same (its
 8-rank all-gather of 64 KiB: 7 steps, 147 ms). Priced at one latency a step, every small call was predicted at half
 its time."""
+WIRE_LATENCIES_POSTED = 1.2
+"""One-way wire latencies a step between nodes pays in pccl's schedules that post their sends and wait for the
+receive only (``Transport.sendrecv_posted``: all-gathers, reduce-scatter by recursive halving or pairwise); the call
+pays the rest of a round trip at its end, for its last sends. Measured on the testbed at RTT 20.4 ms (2026-12-07,
+2 ranks, ``benchmarks/results/latency-regime/fourth-pass/step-cost``): such a step of 4-32 KiB took 12.2-12.3 ms,
+as on a raw TCP socket with ``TCP_NODELAY`` (12.3 ms), against 20.3-20.5 ms waiting for the send too."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +157,11 @@ class Link:
     beta: str
     share: float = 1.0
     wire: bool = False
+    wire_latencies: float = WIRE_LATENCIES_PER_STEP
 
     def step(self, nbytes: float) -> Terms:
         if self.wire:
-            return Terms({self.alpha: 1.0, "link_latency": WIRE_LATENCIES_PER_STEP, self.beta: nbytes * self.share})
+            return Terms({self.alpha: 1.0, "link_latency": self.wire_latencies, self.beta: nbytes * self.share})
         return Terms({self.alpha: 1.0, self.beta: nbytes * self.share})
 
 
@@ -247,11 +255,28 @@ def _doubling(q: int) -> list[int]:
     return [1 << k for k in range(q.bit_length() - 1)]
 
 
+def _posting(formula: Formula) -> Formula:
+    """``formula`` for a schedule that posts its sends: over pccl's own point-to-point links between nodes (``alpha_inter``;
+    not MPI's native collectives or the vendor library, priced with the same formulas) each step pays
+    :data:`WIRE_LATENCIES_POSTED`, the call the rest of one round trip at its end."""
+    @functools.wraps(formula)
+    def posted(net: Net, n: float) -> Terms:
+        if net.p <= net.local or net.far.alpha != "alpha_inter":
+            return formula(net, n)
+        links = {name: replace(link, wire_latencies=WIRE_LATENCIES_POSTED) if link.alpha == "alpha_inter" else link
+                 for name, link in (("near", net.near), ("far", net.far), ("ring", net.ring))}
+        return formula(replace(net, **links), n) + Terms(
+            {"link_latency": WIRE_LATENCIES_PER_STEP - WIRE_LATENCIES_POSTED})
+    return posted
+
+
+@_posting
 def ag_ring(net: Net, n: float) -> Terms:
     """All-gather ring: ``(p-1)`` neighbour steps of one block ``n/p``."""
     return net.step(None, n / net.p) * (net.p - 1)
 
 
+@_posting
 def ag_recursive_doubling(net: Net, n: float) -> Terms:
     """All-gather recursive doubling: step k exchanges ``2^k`` blocks with the partner at distance ``2^k``."""
     p, q = net.p, _pof2(net.p)
@@ -261,6 +286,7 @@ def ag_recursive_doubling(net: Net, n: float) -> Terms:
     return cost
 
 
+@_posting
 def ag_bruck(net: Net, n: float) -> Terms:
     """All-gather Bruck: ``ceil(lg p)`` steps at distance ``2^k`` of ``min(2^k, p-2^k)`` blocks, then a
     rotation of the whole buffer into rank order."""
@@ -276,6 +302,7 @@ def rs_ring(net: Net, n: float) -> Terms:
     return (net.step(None, n / net.p) + _reduce(n / net.p)) * (net.p - 1)
 
 
+@_posting
 def rs_recursive_halving(net: Net, n: float) -> Terms:
     """Reduce-scatter recursive halving: step k sends (and reduces) half of what is left to the partner at
     distance ``q/2^(k+1)``."""
@@ -286,6 +313,7 @@ def rs_recursive_halving(net: Net, n: float) -> Terms:
     return cost
 
 
+@_posting
 def rs_pairwise(net: Net, n: float) -> Terms:
     """Reduce-scatter pairwise: at step k send block ``r+k`` to rank ``r+k``, reduce the block from ``r-k``; the
     steps cross node links as an all-to-all's do (:func:`_a2a_step`)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -44,3 +46,28 @@ def test_node_scaling_growth_and_plot(tmp_path) -> None:
     assert "| pccl:ring | 10.0 | 20.0 | 40.0 | 4.00x |" in table
     scaling.plot(data, str(tmp_path / "scaling.png"))
     assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+def test_latency_residuals_per_inter_node_step_and_noise_floor() -> None:
+    residuals = _script("latency_residuals")
+    from pccl_torch.sim import machine
+    profile = machine.load(str(BENCHMARKS / "results" / "testbed" / "node-count" / "tb200-fitted.yaml"))
+
+    def priced(backend: str, algorithm: str, collective: str, measured_us: float, predicted_us: float,
+               nbytes: int = 64 << 10) -> dict:
+        return {"collective": collective, "nbytes": nbytes, "nodes": 4, "local_size": 2, "backend": backend,
+                "algorithm": algorithm, "measured_us": measured_us, "predicted_us": predicted_us}
+
+    # gloo's all-gather on 4 x 2 is a ring of 7 steps, all crossing nodes; 7 ms more than priced: 1 ms a step
+    gloo = priced("gloo", "native", "all_gather", 17_000.0, 10_000.0)
+    assert residuals.inter_steps(gloo, profile) == 7
+    rows = [gloo, priced("gloo", "native", "all_to_all", 9_000.0, 3_000.0),  # all-to-all: not counted
+            priced("pccl", "hier:pipelined", "all_gather", 9_000.0, 3_000.0),  # pipelined: not counted
+            priced("gloo", "native", "all_gather", 90_000.0, 10_000.0, nbytes=4 << 20)]  # above --upto
+    found = residuals.step_residuals(rows, profile, 1 << 20)
+    assert list(found) == ["gloo"] and found["gloo"] == [pytest.approx(1e-3)]
+    # the same call in two runs, 10 and 12 ms: each run off the other by 20% and 1/6
+    one = [priced("mpi", "native", "all_reduce", 10_000.0, 0.0)]
+    two = [priced("mpi", "native", "all_reduce", 12_000.0, 0.0)]
+    assert residuals.noise_floor([one, two]) == pytest.approx((0.2 + 1 / 6) / 2)
+    assert residuals.noise_floor([one]) is None
