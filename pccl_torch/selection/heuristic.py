@@ -250,9 +250,14 @@ def networked_choice(collective: Collective, nbytes: int, nodes: int, inter_byte
     hier_from = NETWORK_HIER_FROM[collective]
     if inter_bytes_per_s and collective != "all_reduce":
         hier_from = min(hier_from, int(inter_bytes_per_s * NETWORK_HIER_LINK_SECONDS))
-    if flat_runs_lg_p(collective, nbytes, nodes * local_size, inter_bytes_per_s, inter_latency_s):
+    bound = latency_bound(nbytes, local_size, inter_bytes_per_s, inter_latency_s)
+    # A latency-bound reduce-scatter takes the hierarchy even where MPICH runs recursive halving: pccl's steps between
+    # nodes wait for their receives only (4 x 2, RTT 20 ms: hier:recursive_halving 35.3 / 40.3 ms at 64 / 256 KiB
+    # against MPICH's 41.8 / 42.8; its all-gathers tied, 41.0 / 42.3 against 41.9 / 42.6, and stay MPI's own).
+    if flat_runs_lg_p(collective, nbytes, nodes * local_size, inter_bytes_per_s, inter_latency_s) and not (
+            bound and collective == "reduce_scatter"):
         return "mpi"
-    if latency_bound(nbytes, local_size, inter_bytes_per_s, inter_latency_s):
+    if bound:
         return HIER_PREFIX + LATENCY_OPTIMAL[collective]
     if nbytes < (NETWORK_RING_FROM if uneven else hier_from):
         return "mpi"
