@@ -134,3 +134,20 @@ def test_pccl_algo_overrides_are_validated(monkeypatch) -> None:
     monkeypatch.setenv("PCCL_ALGO", "allreduce:ring")
     with pytest.raises(ValueError, match="unknown collective 'allreduce'"):
         plan.env_overrides()
+
+
+@pytest.mark.parametrize("world", [2, 3, 8])
+def test_a_rank_a_node_is_never_given_a_hierarchy(trained, world) -> None:
+    """With one rank a node a hierarchy's inner level is empty (8 x 1 at RTT 1 ms, 2026-12-07: the shipped profile
+    chose `hier:mpi` and `hier:pipelined` there, 0.71-0.87x of MPICH's own at 256 KiB-16 MiB): the profile and its
+    cost model choose among the flat schedules only."""
+    from pccl_torch.selection.learned.runtime import SHIPPED
+
+    shipped = Profile.from_json(SHIPPED.read_text(), str(SHIPPED))
+    flat = Topology(0, world, 1)
+    for profile in (shipped, trained[0]):
+        selector = Selector(profile)
+        for collective in ("all_gather", "reduce_scatter", "all_reduce"):
+            for nbytes in (1 << 10, 64 << 10, 1 << 20, 16 << 20, 1 << 28):
+                choice = selector.choose(collective, nbytes, flat, 4)
+                assert ":" not in choice and choice in valid_names(collective), (collective, nbytes, choice)

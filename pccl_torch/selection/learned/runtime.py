@@ -100,6 +100,8 @@ class Selector:
         if topology.world_size == 1 or collective not in LEARNED_COLLECTIVES:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
         valid = names_for(collective, device)
+        if not topology.is_hierarchical:  # a rank a node (or one node): a hierarchy's inner level would be empty
+            valid = [name for name in valid if ":" not in name]
         features = self._features(collective, nbytes, topology, dtype_size, links)
         if self.profile.in_range(features) and self.latency_covered(links):
             for name in self.profile.rank(features):
