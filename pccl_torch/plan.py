@@ -81,10 +81,13 @@ def valid_names(collective: Collective) -> list[str]:
                    if not (name == PIPELINED and lib not in (None, "mpi"))]
 
 
-def names_for(collective: Collective, device: str = "cpu") -> list[str]:
+def names_for(collective: Collective, device: str = "cpu", *, hierarchical: bool = True) -> list[str]:
     """The distinct names that run on ``device`` tensors: no explicit intra-node library that is the
-    device's default anyway, none of another device. What ``pccl-bench pccl:all`` and the tests loop over."""
-    return [name for name in runnable_names(collective, device) if not _synonym(name, DEFAULT_INTRA[device])]
+    device's default anyway, none of another device. What ``pccl-bench pccl:all`` and the tests loop over.
+    ``hierarchical=False``: the flat names only, for a layout whose nodes hold one rank each (or one node), where a
+    hierarchy's inner (or outer) level would be empty."""
+    return [name for name in runnable_names(collective, device)
+            if not _synonym(name, DEFAULT_INTRA[device]) and (hierarchical or ":" not in name)]
 
 
 def _synonym(name: str, default: str) -> bool:

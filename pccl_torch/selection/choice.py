@@ -109,8 +109,8 @@ class Choice:
         """What online tuning may try beside ``chosen``: the pool's names that run here, best predicted first by
         the selector's cost model where the profile has one, none predicted ``SLOWER_BOUND`` times its best."""
         topo = comm.topology
-        valid = names_for(collective, comm.device.type)
-        pool = [n for n in tuning.POOL if n in valid and n != chosen and (topo.is_hierarchical or ":" not in n)]
+        valid = names_for(collective, comm.device.type, hierarchical=topo.is_hierarchical)
+        pool = [n for n in tuning.POOL if n in valid and n != chosen]
         if comm.device.type == "cuda" and topo.is_hierarchical:  # never a candidate that stages a node's bytes
             pool = [n for n in pool if cuda_rule.cuda_keeps_intra_on_device(n, topo.local_size,
                                                                            not comm.inter.host_memory_only)]

@@ -99,9 +99,7 @@ class Selector:
                 device: str, links: Links) -> tuple[str, str]:
         if topology.world_size == 1 or collective not in LEARNED_COLLECTIVES:
             return heuristic.choose(collective, nbytes, topology), "heuristic"
-        valid = names_for(collective, device)
-        if not topology.is_hierarchical:  # a rank a node (or one node): a hierarchy's inner level would be empty
-            valid = [name for name in valid if ":" not in name]
+        valid = names_for(collective, device, hierarchical=topology.is_hierarchical)
         features = self._features(collective, nbytes, topology, dtype_size, links)
         if self.profile.in_range(features) and self.latency_covered(links):
             for name in self.profile.rank(features):
