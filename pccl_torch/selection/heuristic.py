@@ -146,10 +146,11 @@ gloo's 1270 (4 x 2, relay at nice -10). Why MPI's large blocks move faster is no
 LG_P_SCHEDULES = frozenset({"bruck", "recursive_doubling", "recursive_halving"})
 """MPI's flat schedules of ceil(lg p) steps (MPICH's for small all-gathers and reduce-scatters)."""
 HAS_LATENCY_FROM_S = 0.4e-3
-"""A measured link of this one-way latency or more has latency (racks apart, a region's zones; the testbed without
-added delay measures 0.02-0.2 ms, at RTT 1 ms 0.6 ms): a pipelined call's chunks are no smaller than
-``sim.pipeline.LATENCY_MIN_CHUNK_BYTES``, and all-gathers and reduce-scatters stay MPI's own while MPICH runs a lg p schedule (:func:`flat_runs_lg_p`): its ceil(lg p) steps cross
-nodes as few times as the hierarchy's, which only adds its phases inside the nodes. On the testbed at RTT 1 ms (4 x 2,
+"""A measured link of this one-way latency or more has latency (:func:`has_latency`; racks apart, a region's zones;
+the testbed without added delay measures 0.02-0.2 ms, at RTT 1 ms 0.6 ms): a pipelined call's chunks are no smaller
+than ``sim.pipeline.LATENCY_MIN_CHUNK_BYTES``, and all-gathers and reduce-scatters stay MPI's own while MPICH runs a
+lg p schedule (:func:`flat_runs_lg_p`): its ceil(lg p) steps cross nodes as few times as the hierarchy's, which only
+adds its phases inside the nodes. On the testbed at RTT 1 ms (4 x 2,
 1 Gbit/s, 0.58-0.63 ms measured one way; relay in the real-time class, 2026-12-07, two runs) MPICH's 256 KiB
 all-gather took 5.3 / 6.2 ms against 5.9-8.2 ms for pccl's hierarchies, its reduce-scatter 6.5 / 5.5 ms against
 7.9-12.5 ms; from 1 MiB (ring, pairwise) the hierarchy's reduce-scatter won (12.4-16.3 ms against 16.9-20.5). Without
@@ -161,12 +162,18 @@ def large_blocks(nbytes: int, ranks: int) -> bool:
     return nbytes / max(ranks, 1) > VENDOR_BLOCK_BYTES
 
 
+def has_latency(inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:
+    """Whether the measured inter-node link (a bandwidth, None unmeasured) is one of :data:`HAS_LATENCY_FROM_S` or
+    more one way."""
+    return bool(inter_bytes_per_s) and inter_latency_s >= HAS_LATENCY_FROM_S
+
+
 def flat_runs_lg_p(collective: Collective, nbytes: int, ranks: int, inter_bytes_per_s: float | None,
                    inter_latency_s: float) -> bool:
     """Whether an all-gather or reduce-scatter of ``nbytes`` over ``ranks`` ranks stays MPI's own across the measured
-    link: one of :data:`HAS_LATENCY_FROM_S` or more one way, where MPICH runs a lg p schedule."""
-    return bool(inter_bytes_per_s) and inter_latency_s >= HAS_LATENCY_FROM_S and \
-        collective in ("all_gather", "reduce_scatter") and flat_choice(collective, nbytes, ranks) in LG_P_SCHEDULES
+    link: one with latency (:func:`has_latency`), where MPICH runs a lg p schedule."""
+    return has_latency(inter_bytes_per_s, inter_latency_s) and collective in ("all_gather", "reduce_scatter") and \
+        flat_choice(collective, nbytes, ranks) in LG_P_SCHEDULES
 
 
 def in_latency_regime(inter_bytes_per_s: float | None, inter_latency_s: float) -> bool:

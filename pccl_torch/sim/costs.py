@@ -256,9 +256,9 @@ def _doubling(q: int) -> list[int]:
 
 
 def _posting(formula: Formula) -> Formula:
-    """``formula`` for a schedule that posts its sends: over pccl's own point-to-point links between nodes (``alpha_inter``;
-    not MPI's native collectives or the vendor library, priced with the same formulas) each step pays
-    :data:`WIRE_LATENCIES_POSTED`, the call the rest of one round trip at its end."""
+    """``formula`` for a schedule that posts its sends: over pccl's own point-to-point links between nodes
+    (``alpha_inter``; not MPI's native collectives or the vendor library, priced with the same formulas) each step
+    pays :data:`WIRE_LATENCIES_POSTED`, the call the rest of one round trip at its end."""
     @functools.wraps(formula)
     def posted(net: Net, n: float) -> Terms:
         if net.p <= net.local or net.far.alpha != "alpha_inter":

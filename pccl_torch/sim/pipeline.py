@@ -15,7 +15,7 @@ import functools
 import os
 
 from pccl_torch.plan import HIER_PREFIX, PIPELINED
-from pccl_torch.selection.heuristic import HAS_LATENCY_FROM_S
+from pccl_torch.selection.heuristic import has_latency
 from pccl_torch.sim.costs import best_chunks, max_chunks, pipelined_time, predict
 from pccl_torch.sim.machine import MachineProfile
 
@@ -60,13 +60,13 @@ def latency_chunk_cap(nbytes: int, local_size: int, inter_latency_s: float, inte
     """The most chunks a call of ``nbytes`` (full buffer) may be cut into over an inter-node link of one-way latency
     ``inter_latency_s`` and bandwidth ``inter_bytes_per_s``: each chunk's share of the inter-node bytes
     (``nbytes / local_size``) lasts :data:`LATENCY_CHUNK_SPAN` latencies, and across a link with latency
-    (``heuristic.HAS_LATENCY_FROM_S``) each chunk is :data:`LATENCY_MIN_CHUNK_BYTES` of the buffer or more. Unbounded
+    (``heuristic.has_latency``) each chunk is :data:`LATENCY_MIN_CHUNK_BYTES` of the buffer or more. Unbounded
     (a large number) unmeasured."""
     if not inter_bytes_per_s or inter_latency_s <= 0:
         return 1 << 30
     least = LATENCY_CHUNK_SPAN * inter_latency_s * inter_bytes_per_s
     cap = int(nbytes / max(local_size, 1) // least)
-    if inter_latency_s >= HAS_LATENCY_FROM_S:
+    if has_latency(inter_bytes_per_s, inter_latency_s):
         cap = min(cap, nbytes // LATENCY_MIN_CHUNK_BYTES)
     return max(1, cap)
 

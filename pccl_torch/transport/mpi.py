@@ -258,9 +258,10 @@ class MPITransport(Transport):
     def sendrecv_posted(self, send: torch.Tensor, dest: int, recv: torch.Tensor, source: int,
                         posted: list) -> None:
         """Waits for the receive only; the send stays in ``posted``. MPICH over TCP (UCX or OFI) completes a send
-        when the peer has acknowledged it: across the testbed at RTT 20 ms an exchange step of 4-32 KiB took 20.3-20.5 ms
-        waiting for both, 12.2-12.3 ms waiting for the receive (``benchmarks/results/latency-regime/fourth-pass/
-        step-cost``). Staged (device) buffers exchange as :meth:`sendrecv` does: their host copies are reused."""
+        when the peer has acknowledged it: across the testbed at RTT 20 ms an exchange step of 4-32 KiB took
+        20.3-20.5 ms waiting for both, 12.2-12.3 ms waiting for the receive
+        (``benchmarks/results/latency-regime/fourth-pass/step-cost``). Staged (device) buffers exchange as
+        :meth:`sendrecv` does: their host copies are reused."""
         if self.stages(send, recv):
             return self.sendrecv(send, dest, recv, source)
         receiving = self.comm.Irecv(_buffer(recv), source)
